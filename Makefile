@@ -1,0 +1,34 @@
+# The README's commands. `make demo` sets everything up and runs the main job;
+# `make test` sets everything up and runs the test suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+FMNIST := /usr/share/datasets/fashion-mnist
+
+.PHONY: setup data test demo clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[tensorflow-cpu,train,tflite,test]'
+	touch $@
+
+# Fashion-MNIST IDX files from Debian's package `dataset-fashion-mnist`.
+data:
+	@if [ ! -f $(FMNIST)/t10k-labels-idx1-ubyte.gz ]; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -q dataset-fashion-mnist \
+	    || ( $$SUDO apt-get update -q && $$SUDO apt-get install -y -q dataset-fashion-mnist ); \
+	fi
+
+test: setup data
+	$(PY) -m pytest -q tests
+
+demo: setup data
+	$(PY) tools/demo.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
