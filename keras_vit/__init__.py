@@ -1,0 +1,34 @@
+"""keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) in Keras 3.
+
+    import keras_vit
+    model = keras_vit.ViT_B16(weights="imagenet21k+imagenet2012")
+    logits = model(keras_vit.preprocess_input(images))
+
+Runs under the TensorFlow and JAX backends (keras.ops only).
+"""
+
+import logging as _logging
+
+from keras_vit import layers
+from keras_vit.builders import (BUILDERS, ViT_B8, ViT_B16, ViT_B32, ViT_H14, ViT_L16,
+                                ViT_L32, ViT_S16, ViT_S32, ViT_Ti16, build_model)
+from keras_vit.checkpoint import CheckpointError, load_weights, save_checkpoint
+from keras_vit.preprocessing import decode_predictions, preprocess_input
+from keras_vit.variants import VARIANTS
+from keras_vit.vision_transformer import VisionTransformer
+
+__version__ = "0.1.0"
+
+_logger = _logging.getLogger("keras_vit")
+if not _logger.handlers:  # one visible line for resizes and fresh heads
+    _handler = _logging.StreamHandler()
+    _handler.setFormatter(_logging.Formatter("keras_vit: %(message)s"))
+    _logger.addHandler(_handler)
+    _logger.setLevel(_logging.INFO)
+
+__all__ = [
+    "BUILDERS", "CheckpointError", "VARIANTS", "ViT_B8", "ViT_B16", "ViT_B32", "ViT_H14",
+    "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16", "VisionTransformer",
+    "build_model", "decode_predictions", "layers", "load_weights", "preprocess_input",
+    "save_checkpoint",
+]

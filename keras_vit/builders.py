@@ -1,0 +1,47 @@
+"""Named ViT builders (`ViT_B16(...)`) and `build_model` from a name or a dict."""
+
+from keras_vit.variants import VARIANTS
+from keras_vit.vision_transformer import VisionTransformer
+
+
+def _builder(variant):
+    def build(weights=None, **kwargs):
+        kwargs.setdefault("name", variant.lower())
+        return VisionTransformer(weights=weights, **{**VARIANTS[variant], **kwargs})
+
+    arch = VARIANTS[variant]
+    build.__name__ = build.__qualname__ = variant
+    build.__doc__ = (
+        f"{variant}: patch {arch['patch_size']}, hidden {arch['hidden_size']}, MLP "
+        f"{arch['mlp_dim']}, {arch['num_heads']} heads, {arch['num_layers']} layers.\n\n"
+        "Takes the keyword arguments of `keras_vit.VisionTransformer` (weights, "
+        "image_size, num_classes, include_top, classifier, representation_size, "
+        "dropout_rate, ...). Returns a `VisionTransformer`.")
+    return build
+
+
+ViT_Ti16 = _builder("ViT_Ti16")
+ViT_S16 = _builder("ViT_S16")
+ViT_S32 = _builder("ViT_S32")
+ViT_B8 = _builder("ViT_B8")
+ViT_B16 = _builder("ViT_B16")
+ViT_B32 = _builder("ViT_B32")
+ViT_L16 = _builder("ViT_L16")
+ViT_L32 = _builder("ViT_L32")
+ViT_H14 = _builder("ViT_H14")
+
+BUILDERS = {name: globals()[name] for name in VARIANTS}
+
+
+def build_model(spec, **overrides):
+    """A model from a builder name ('ViT_B16') or a dict of VisionTransformer
+    kwargs (may hold 'name' of a builder under key 'variant')."""
+    if isinstance(spec, str):
+        if spec not in BUILDERS:
+            raise ValueError(f"Unknown model {spec!r}; known: {', '.join(BUILDERS)}.")
+        return BUILDERS[spec](**overrides)
+    spec = dict(spec)
+    variant = spec.pop("variant", None)
+    if variant is not None:
+        return build_model(variant, **{**spec, **overrides})
+    return VisionTransformer(**{**spec, **overrides})

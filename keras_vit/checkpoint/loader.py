@@ -1,0 +1,191 @@
+"""Loading weights into a keras_vit model: official `.npz` files (any resolution,
+any head), registry names, and Keras' own `.keras` / `.weights.h5` files.
+
+Never a partial load: everything is checked before any variable is assigned.
+"""
+
+import dataclasses
+import logging
+import os
+
+import keras
+import numpy as np
+
+from keras_vit.checkpoint import layout, npz, registry
+from keras_vit.checkpoint.errors import CheckpointError
+from keras_vit.layers.position_embedding import resize_position_embedding
+
+logger = logging.getLogger("keras_vit")
+
+POSEMB = "Transformer/posembed_input/pos_embedding"
+_TOP = ("head/kernel", "head/bias", "pre_logits/kernel", "pre_logits/bias")
+
+
+@dataclasses.dataclass
+class WeightsSource:
+    """Weights to load: `params` under official names (None for `.weights.h5`,
+    which Keras loads itself), where they came from, and what they imply for the
+    model (image_size, num_classes, representation_size, classifier; grid_size
+    when known)."""
+
+    origin: str
+    params: dict = None
+    metadata: dict = dataclasses.field(default_factory=dict)
+    h5_path: str = None
+
+
+def open_source(weights, arch):
+    """Resolves `weights` (registry name or path) for a model of architecture
+    `arch` (patch_size, hidden_size, ...; `resnet` for hybrids)."""
+    from keras_vit.variants import variant_name
+
+    weights = os.fspath(weights)
+    variant = arch.get("variant") or variant_name(arch)
+    if not os.path.exists(weights):
+        entry = registry.lookup(variant, weights) if variant else None
+        if entry is None:
+            known = registry.names_for(variant) if variant else []
+            raise ValueError(
+                f"weights={weights!r} is neither an existing file nor a registered "
+                f"checkpoint name for {variant or 'this architecture'}"
+                + (f" (registered: {', '.join(known)})." if known else "."))
+        path = registry.fetch(entry)
+        params = npz.read_npz(path)
+        return WeightsSource(path, params, entry.metadata())
+    if weights.endswith(".weights.h5"):
+        return WeightsSource(weights, h5_path=weights)
+    if weights.endswith(".keras"):
+        return _keras_source(weights)
+    params = npz.read_npz(weights)
+    return WeightsSource(weights, params, _npz_metadata(params, arch))
+
+
+def _npz_metadata(params, arch):
+    """What an official checkpoint implies for the model built from it."""
+    meta = {"classifier": "token" if "cls" in params else "gap"}
+    if "pre_logits/kernel" in params:
+        meta["representation_size"] = int(params["pre_logits/kernel"].shape[-1])
+    if "head/kernel" in params:
+        meta["num_classes"] = int(params["head/kernel"].shape[-1])
+    posemb = params.get(POSEMB)
+    patch = arch.get("patch_size")
+    if posemb is not None and posemb.ndim == 3 and isinstance(patch, int):
+        grid_tokens = posemb.shape[1] - (1 if "cls" in params else 0)
+        side = int(round(np.sqrt(grid_tokens)))
+        if side * side == grid_tokens:
+            meta["image_size"] = side * patch * arch.get("stride", 1)
+    return meta
+
+
+def _keras_source(path):
+    try:
+        model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    except Exception as e:  # Keras raises many types for unreadable archives
+        raise CheckpointError(f"{path} could not be read as a .keras model: {e}") from e
+    try:
+        params = layout.model_params(model)
+    except (ValueError, AttributeError) as e:
+        raise CheckpointError(f"{path} does not hold a keras_vit model: {e}") from e
+    config = model.get_config()
+    meta = {key: config.get(key) for key in
+            ("image_size", "num_classes", "representation_size", "classifier")}
+    meta["grid_size"] = tuple(model.grid_size)
+    if not config.get("include_top", True):
+        meta.pop("num_classes")
+    return WeightsSource(path, params, meta)
+
+
+def load_weights(model, weights):
+    """Loads `weights` (registry name, `.npz`, `.keras` or `.weights.h5` path) into
+    `model`, resizing position embeddings and replacing a head of another width
+    by a fresh zero-initialised one. Returns the model."""
+    config = model.get_config()
+    arch = {key: config.get(key) for key in
+            ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")}
+    if arch["patch_size"][0] == arch["patch_size"][1]:
+        arch["patch_size"] = arch["patch_size"][0]
+    load_source(model, open_source(weights, arch))
+    return model
+
+
+def load_source(model, source):
+    """Loads an opened WeightsSource into `model` (all-or-nothing)."""
+    if source.h5_path is not None:
+        try:
+            model.load_weights(source.h5_path)
+        except Exception as e:  # Keras raises ValueError/KeyError/OSError here
+            raise CheckpointError(f"{source.h5_path}: {e}") from e
+        return
+    assign_params(model, source.params, source.origin, source.metadata.get("grid_size"))
+
+
+def assign_params(model, params, origin="checkpoint", grid_size=None):
+    """Checks `params` (official names -> arrays) against `model`, then assigns.
+
+    Position embeddings of another resolution are resized as the official
+    `interpolate_posembed` does (the source grid is `grid_size`, or square).
+    A head (or pre_logits) of another shape, or absent from the checkpoint, is
+    left freshly initialised, with a log line. Raises CheckpointError naming the
+    first mismatched key with both shapes and listing missing/unexpected keys.
+    """
+    targets = layout.model_variables(model)
+    params = dict(params)
+    has = {name.split("/")[0] for name in targets if name in _TOP}
+    missing = [n for n in targets if n not in params and n not in _TOP]
+    unexpected = [n for n in params if n not in targets and
+                  not (n in _TOP and n.split("/")[0] not in has)]
+    ignored_top = sorted({n.split("/")[0] for n in params
+                          if n in _TOP and n.split("/")[0] not in has})
+    values, fresh, mismatch = {}, set(), None
+    for name, variable in targets.items():
+        if name not in params:
+            if name in _TOP:
+                fresh.add(name.split("/")[0])
+            continue
+        value = np.asarray(params[name])
+        expected = tuple(variable.shape)
+        if name == POSEMB and value.shape != expected and value.ndim == 3 \
+                and value.shape[-1] == expected[-1] and not missing and not unexpected:
+            value = _resize(value, grid_size, model, origin)
+        if value.shape != expected:
+            if name in _TOP:
+                fresh.add(name.split("/")[0])
+                continue
+            mismatch = mismatch or (name, value.shape, expected)
+            continue
+        values[name] = value
+    if mismatch or missing or unexpected:
+        problems = []
+        if mismatch:
+            problems.append(f"first mismatched key '{mismatch[0]}': checkpoint shape "
+                            f"{tuple(mismatch[1])} vs model shape {mismatch[2]}")
+        if missing:
+            problems.append(f"{len(missing)} missing keys: {_listing(missing)}")
+        if unexpected:
+            problems.append(f"{len(unexpected)} unexpected keys: {_listing(unexpected)}")
+        raise CheckpointError(f"{origin} does not fit model '{model.name}': "
+                              + "; ".join(problems) + ".")
+    for top in sorted(fresh):
+        for suffix in ("kernel", "bias"):
+            values.pop(f"{top}/{suffix}", None)
+        logger.info("%s: '%s' is not taken from %s (absent or of another shape); "
+                    "it is freshly initialised.", model.name, top, origin)
+    for top in ignored_top:
+        logger.info("%s: the checkpoint's '%s' is not used by this model.", model.name, top)
+    for name, value in values.items():
+        targets[name].assign(value.astype(keras.backend.standardize_dtype(
+            targets[name].dtype)))
+    return model
+
+
+def _resize(value, grid_size, model, origin):
+    prefix = 1 if model.classifier == "token" else 0
+    try:
+        return resize_position_embedding(value, grid_size, model.grid_size, prefix)
+    except ValueError as e:
+        raise CheckpointError(f"{origin}: '{POSEMB}' cannot be resized: {e}") from e
+
+
+def _listing(names, limit=12):
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")

@@ -1,0 +1,106 @@
+"""Multi-head self-attention (paper Eq. 2, Appendix A)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_vit.initializers import FlatGlorotUniform
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head dot-product self-attention, laid out as the official Flax module.
+
+    softmax(q k^T / sqrt(head_dim)) v per head, then an output projection.
+
+    Input shape: (batch, tokens, hidden). Output shape: (batch, tokens, hidden);
+    with `return_attention_weights=True`, also the attention weights
+    (batch, heads, tokens, tokens), whose rows sum to 1.
+
+    Weights (checkpoint layout): `query_kernel`, `key_kernel`, `value_kernel`
+    (hidden, heads, head_dim) with biases (heads, head_dim); `out_kernel`
+    (heads, head_dim, hidden) with bias (hidden,). Kernels are Xavier-uniform
+    over the flattened (hidden, hidden) matrix, biases zero.
+
+    When the weights are not asked for (and no attention dropout is active) the
+    layer uses the fused `keras.ops.dot_product_attention`; otherwise it
+    computes the softmax explicitly, in float32. Both give the same outputs.
+
+    Args:
+        num_heads: number of attention heads; must divide the hidden size.
+        dropout_rate: dropout on the attention weights.
+        use_fused_attention: allow the fused kernel when weights are not needed.
+    """
+
+    def __init__(self, num_heads, dropout_rate=0.0, use_fused_attention=True, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.dropout_rate = float(dropout_rate)
+        self.use_fused_attention = bool(use_fused_attention)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+
+    def build(self, input_shape):
+        hidden = input_shape[-1]
+        if hidden % self.num_heads:
+            raise ValueError(f"{self.name}: hidden size {hidden} is not divisible by "
+                             f"{self.num_heads} heads.")
+        self.hidden_size = hidden
+        self.head_dim = hidden // self.num_heads
+        heads = (self.num_heads, self.head_dim)
+        for name in ("query", "key", "value"):
+            setattr(self, f"{name}_kernel", self.add_weight(
+                name=f"{name}_kernel", shape=(hidden, *heads),
+                initializer=FlatGlorotUniform(in_axes=1)))
+            setattr(self, f"{name}_bias", self.add_weight(
+                name=f"{name}_bias", shape=heads, initializer="zeros"))
+        self.out_kernel = self.add_weight(name="out_kernel", shape=(*heads, hidden),
+                                          initializer=FlatGlorotUniform(in_axes=2))
+        self.out_bias = self.add_weight(name="out_bias", shape=(hidden,),
+                                        initializer="zeros")
+
+    def _project(self, x, kernel, bias):
+        """(B, N, D) @ (D, H, hd) + (H, hd) -> (B, N, H, hd)."""
+        width = self.num_heads * self.head_dim
+        y = ops.matmul(x, ops.reshape(ops.cast(kernel, x.dtype), (self.hidden_size, width)))
+        y = y + ops.reshape(ops.cast(bias, x.dtype), (width,))
+        return ops.reshape(y, (-1, ops.shape(x)[1], self.num_heads, self.head_dim))
+
+    def call(self, x, training=None, return_attention_weights=False):
+        scale = 1.0 / math.sqrt(self.head_dim)
+        query = self._project(x, self.query_kernel, self.query_bias)
+        key = self._project(x, self.key_kernel, self.key_bias)
+        value = self._project(x, self.value_kernel, self.value_bias)
+        dropout_active = self.dropout_rate > 0 and training
+        if self.use_fused_attention and not return_attention_weights and not dropout_active:
+            context = ops.dot_product_attention(query, key, value, scale=scale)
+            weights = None
+        else:
+            context, weights = self._explicit_attention(query, key, value, scale, training)
+        context = ops.reshape(context, (-1, ops.shape(x)[1], self.hidden_size))
+        out_kernel = ops.reshape(ops.cast(self.out_kernel, x.dtype),
+                                 (self.hidden_size, self.hidden_size))
+        output = ops.matmul(context, out_kernel) + ops.cast(self.out_bias, x.dtype)
+        if return_attention_weights:
+            return output, weights
+        return output
+
+    def _explicit_attention(self, query, key, value, scale, training):
+        """Returns context (B, N, H, hd) and weights (B, H, N, N)."""
+        query = ops.transpose(query, (0, 2, 1, 3)) * ops.cast(scale, query.dtype)
+        logits = ops.matmul(query, ops.transpose(key, (0, 2, 3, 1)))
+        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        weights = ops.cast(weights, value.dtype)
+        dropped = self.dropout(weights, training=training)
+        context = ops.matmul(dropped, ops.transpose(value, (0, 2, 1, 3)))
+        return ops.transpose(context, (0, 2, 1, 3)), weights
+
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "num_heads": self.num_heads,
+            "dropout_rate": self.dropout_rate,
+            "use_fused_attention": self.use_fused_attention,
+        })
+        return config

@@ -1,0 +1,92 @@
+"""The Transformer encoder (paper Eq. 1-4): position embedding, blocks, final LN."""
+
+import keras
+
+from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
+from keras_vit.layers.position_embedding import PositionEmbedding
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class Encoder(keras.layers.Layer):
+    """Adds position embeddings, applies dropout, `num_layers` encoder blocks and
+    the final LayerNorm (`encoder_norm`), as the official `Encoder` module.
+
+    Input shape: (batch, num_prefix_tokens + rows*cols, hidden).
+    Output shape: the same. `call(..., return_attention_weights=True)` returns
+    `(output, [weights of block 0, ...])`, each (batch, heads, tokens, tokens);
+    `return_hidden_states=True` returns `(output, [input to block 0, output of
+    block 0, ..., output of the last block before the final LN])`. With both,
+    `(output, weights, hidden_states)`.
+
+    Args:
+        grid_size: (rows, cols) of the patch grid.
+        num_prefix_tokens: 1 with a class token, else 0.
+        num_layers, num_heads, mlp_dim, dropout_rate, attention_dropout_rate:
+            as in the paper's Table 1 and Appendix B.
+    """
+
+    def __init__(self, grid_size, num_layers, num_heads, mlp_dim, num_prefix_tokens=1,
+                 dropout_rate=0.0, attention_dropout_rate=0.0,
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, approximate_gelu=True, **kwargs):
+        super().__init__(**kwargs)
+        self.grid_size = tuple(int(g) for g in grid_size)
+        self.num_layers = int(num_layers)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.position_embedding = PositionEmbedding(
+            self.grid_size, self.num_prefix_tokens, name="posembed_input")
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+        self.blocks = [
+            EncoderBlock(self.num_heads, self.mlp_dim, dropout_rate=self.dropout_rate,
+                         attention_dropout_rate=self.attention_dropout_rate,
+                         layer_norm_epsilon=self.layer_norm_epsilon,
+                         approximate_gelu=self.approximate_gelu,
+                         name=f"encoderblock_{i}")
+            for i in range(self.num_layers)
+        ]
+        self.encoder_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="encoder_norm")
+
+    def build(self, input_shape):
+        self.position_embedding.build(input_shape)
+        for block in self.blocks:
+            block.build(input_shape)
+        self.encoder_norm.build(input_shape)
+
+    def call(self, x, training=None, return_attention_weights=False,
+             return_hidden_states=False):
+        x = self.position_embedding(x)
+        x = self.dropout(x, training=training)
+        weights, hidden_states = [], [x]
+        for block in self.blocks:
+            if return_attention_weights:
+                x, w = block(x, training=training, return_attention_weights=True)
+                weights.append(w)
+            else:
+                x = block(x, training=training)
+            hidden_states.append(x)
+        output = self.encoder_norm(x)
+        extras = ([weights] if return_attention_weights else []) + \
+                 ([hidden_states] if return_hidden_states else [])
+        return (output, *extras) if extras else output
+
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "grid_size": self.grid_size,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "num_prefix_tokens": self.num_prefix_tokens,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "approximate_gelu": self.approximate_gelu,
+        })
+        return config

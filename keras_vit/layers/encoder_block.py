@@ -1,0 +1,67 @@
+"""The pre-LN Transformer encoder block (paper Eq. 2-3)."""
+
+import keras
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.mlp import MlpBlock
+
+LAYER_NORM_EPSILON = 1e-6  # Flax's default, used by the official model.
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class EncoderBlock(keras.layers.Layer):
+    """x = x + Dropout(MSA(LN(x))); x = x + MLP(LN(x)).
+
+    Input shape: (batch, tokens, hidden). Output shape: the same; with
+    `return_attention_weights=True` also the weights (batch, heads, tokens, tokens).
+
+    Sub-layers: `LayerNorm_0`, `MultiHeadDotProductAttention_1`, `LayerNorm_2`,
+    `MlpBlock_3` (the names of the published checkpoints).
+    """
+
+    def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, approximate_gelu=True, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.norm_1 = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="LayerNorm_0")
+        self.attention = MultiHeadSelfAttention(
+            self.num_heads, dropout_rate=self.attention_dropout_rate,
+            name="MultiHeadDotProductAttention_1")
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+        self.norm_2 = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="LayerNorm_2")
+        self.mlp = MlpBlock(self.mlp_dim, dropout_rate=self.dropout_rate,
+                            approximate_gelu=self.approximate_gelu, name="MlpBlock_3")
+
+    def build(self, input_shape):
+        for layer in (self.norm_1, self.attention, self.norm_2, self.mlp):
+            layer.build(input_shape)
+
+    def call(self, x, training=None, return_attention_weights=False):
+        y = self.norm_1(x)
+        y, weights = self.attention(y, training=training, return_attention_weights=True) \
+            if return_attention_weights else (self.attention(y, training=training), None)
+        x = x + self.dropout(y, training=training)
+        x = x + self.mlp(self.norm_2(x), training=training)
+        if return_attention_weights:
+            return x, weights
+        return x
+
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "approximate_gelu": self.approximate_gelu,
+        })
+        return config

@@ -1,0 +1,55 @@
+"""The Transformer MLP block (paper Eq. 3): Dense -> GELU -> Dense."""
+
+import keras
+
+from keras_vit import initializers
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MlpBlock(keras.layers.Layer):
+    """Dense(mlp_dim) -> GELU -> Dropout -> Dense(hidden) -> Dropout.
+
+    GELU is the tanh approximation by default, as `flax.linen.gelu` (the
+    official code); `approximate_gelu=False` gives the exact erf form.
+    Kernels Xavier-uniform, biases normal(stddev=1e-6), as the official `MlpBlock`.
+
+    Input shape: (..., hidden). Output shape: (..., hidden).
+    Sub-layers `Dense_0` (hidden, mlp_dim) and `Dense_1` (mlp_dim, hidden).
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, approximate_gelu=True, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.dense_0 = keras.layers.Dense(
+            self.mlp_dim, kernel_initializer=initializers.xavier_uniform(),
+            bias_initializer=initializers.mlp_bias(), name="Dense_0")
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+
+    def build(self, input_shape):
+        hidden = input_shape[-1]
+        self.dense_0.build(input_shape)
+        self.dense_1 = keras.layers.Dense(
+            hidden, kernel_initializer=initializers.xavier_uniform(),
+            bias_initializer=initializers.mlp_bias(), name="Dense_1")
+        self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+
+    def call(self, x, training=None):
+        x = self.dense_0(x)
+        x = keras.activations.gelu(x, approximate=self.approximate_gelu)
+        x = self.dropout(x, training=training)
+        x = self.dense_1(x)
+        return self.dropout(x, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "approximate_gelu": self.approximate_gelu,
+        })
+        return config

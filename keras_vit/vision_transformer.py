@@ -1,0 +1,162 @@
+"""The Vision Transformer (Dosovitskiy et al., ICLR 2021) as a Keras model."""
+
+import keras
+
+from keras_vit import layers as vit_layers
+from keras_vit.layers.patch_embedding import to_pair
+
+_FROM_WEIGHTS = "from_weights"  # representation_size default: follow the checkpoint
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class VisionTransformer(keras.Model):
+    """ViT: patch embedding, [class] token, position embeddings, Transformer
+    encoder, then the representation (class token or GAP), optional pre_logits
+    (Dense + tanh) and the classification head.
+
+    Input: images (batch, height, width, 3) scaled to [-1, 1]
+    (`keras_vit.preprocess_input`). Output: logits (batch, num_classes), or with
+    `include_top=False` the representation (batch, representation_size or
+    hidden_size).
+
+    Args:
+        image_size: int or (height, width), multiples of the patch size. None:
+            the checkpoint's resolution when `weights` are given, else 224.
+        patch_size: patch side P.
+        hidden_size, mlp_dim, num_heads, num_layers: Transformer sizes.
+        classifier: 'token' (class token) or 'gap' (global average pooling).
+            None: what the checkpoint has, else 'token'.
+        representation_size: width of the pre_logits layer (Dense + tanh), or
+            None for none. Default: follow the checkpoint (none without one).
+        num_classes: head width. None: the checkpoint's, else 1000. A number that
+            differs from the checkpoint's gives a fresh zero-initialised head.
+        include_top: whether to add the head.
+        dropout_rate, attention_dropout_rate: dropout rates.
+        weights: None, a registry name ('imagenet21k', ... see
+            `keras_vit.checkpoint.registry`), or a path to an official `.npz`,
+            a `.keras` or a `.weights.h5` file.
+        dtype: a dtype policy for every layer (e.g. 'mixed_bfloat16').
+    """
+
+    def __init__(self, image_size=None, patch_size=16, hidden_size=768, mlp_dim=3072,
+                 num_heads=12, num_layers=12, classifier=None,
+                 representation_size=_FROM_WEIGHTS, num_classes=None, include_top=True,
+                 dropout_rate=0.0, attention_dropout_rate=0.0, weights=None,
+                 name="vit", dtype=None, **kwargs):
+        from keras_vit.checkpoint import loader  # deferred: loader imports this module
+
+        arch = dict(patch_size=patch_size, hidden_size=hidden_size, mlp_dim=mlp_dim,
+                    num_heads=num_heads, num_layers=num_layers)
+        source = loader.open_source(weights, arch) if weights is not None else None
+        meta = source.metadata if source is not None else {}
+        image_size = to_pair(image_size or meta.get("image_size") or 224, "image_size")
+        classifier = classifier or meta.get("classifier") or "token"
+        if representation_size == _FROM_WEIGHTS:
+            representation_size = meta.get("representation_size")
+        if num_classes is None:
+            num_classes = meta.get("num_classes") or 1000
+        if classifier not in ("token", "gap"):
+            raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}.")
+
+        patch_embedding = vit_layers.PatchEmbedding(patch_size, hidden_size, name="embedding",
+                                                    dtype=dtype)
+        grid_size = patch_embedding.grid_size(image_size)
+        images = keras.Input((*image_size, 3), name="image")
+        x = patch_embedding(images)
+        if classifier == "token":
+            x = vit_layers.ClassToken(name="cls", dtype=dtype)(x)
+        x = vit_layers.Encoder(
+            grid_size, num_layers, num_heads, mlp_dim,
+            num_prefix_tokens=1 if classifier == "token" else 0,
+            dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+            name="Transformer", dtype=dtype)(x)
+        x = vit_layers.TokenPooling(classifier, name="pool", dtype=dtype)(x)
+        if representation_size:
+            x = keras.layers.Dense(representation_size, activation="tanh",
+                                   kernel_initializer="lecun_normal", name="pre_logits",
+                                   dtype=dtype)(x)
+        if include_top:
+            x = keras.layers.Dense(num_classes, kernel_initializer="zeros",
+                                   name="head", dtype=dtype)(x)
+        super().__init__(inputs=images, outputs=x, name=name, **kwargs)
+
+        self.image_size = image_size
+        self.patch_size = patch_embedding.patch_size
+        self.grid_size = grid_size
+        self.hidden_size = int(hidden_size)
+        self.mlp_dim = int(mlp_dim)
+        self.num_heads = int(num_heads)
+        self.num_layers = int(num_layers)
+        self.classifier = classifier
+        self.representation_size = int(representation_size) if representation_size else None
+        self.num_classes = int(num_classes)
+        self.include_top = bool(include_top)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self._dtype_arg = dtype
+        if source is not None:
+            loader.load_source(self, source)
+
+    # -- Looking inside -------------------------------------------------------------
+
+    def tokens(self, images):
+        """Applies the layers before the encoder: (B, H, W, 3) -> (B, T, hidden)."""
+        x = self.get_layer("embedding")(images)
+        if self.classifier == "token":
+            x = self.get_layer("cls")(x)
+        return x
+
+    def attention_model(self):
+        """A `keras.Model` sharing this model's weights that maps images to the
+        attention weights of every encoder block: a list of `num_layers` arrays
+        (batch, heads, tokens, tokens), rows summing to 1. Tokens are ordered as
+        the encoder sees them (class token first for 'token' models)."""
+        images = keras.Input(self.inputs[0].shape[1:], name="image")
+        encoder = self.get_layer("Transformer")
+        x = encoder.position_embedding(self.tokens(images))
+        weights = []
+        for block in encoder.blocks:  # block by block: each node has flat outputs
+            x, block_weights = block(x, return_attention_weights=True)
+            weights.append(block_weights)
+        return keras.Model(images, weights, name=f"{self.name}_attention")
+
+    def attention_weights(self, images, batch_size=32):
+        """Numpy attention weights of every block for `images` (B, H, W, 3) in
+        [-1, 1]: a list of `num_layers` arrays (B, heads, tokens, tokens)."""
+        outputs = self.attention_model().predict(images, batch_size=batch_size, verbose=0)
+        return list(outputs)
+
+    # -- Serialisation ------------------------------------------------------------
+
+    def get_config(self):
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "image_size": self.image_size,
+            "patch_size": self.patch_size,
+            "hidden_size": self.hidden_size,
+            "mlp_dim": self.mlp_dim,
+            "num_heads": self.num_heads,
+            "num_layers": self.num_layers,
+            "classifier": self.classifier,
+            "representation_size": self.representation_size,
+            "num_classes": self.num_classes,
+            "include_top": self.include_top,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+        }
+        if self._dtype_arg is not None:
+            config["dtype"] = keras.dtype_policies.serialize(
+                keras.dtype_policies.get(self._dtype_arg))
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        for key in ("image_size", "patch_size"):
+            if isinstance(config.get(key), list):
+                config[key] = tuple(config[key])
+        return cls(**config)
+
