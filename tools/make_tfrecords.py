@@ -1,0 +1,213 @@
+r"""Writes sharded TFRecords of `tf.train.Example`s for the trainers.
+
+  python tools/make_tfrecords.py --source=fashion_mnist --output_dir=DATA
+  python tools/make_tfrecords.py --source=folder:PATH --output_dir=DATA
+  python tools/make_tfrecords.py --source=tfds:cifar10 --output_dir=DATA
+
+Each Example holds `image/encoded` (PNG or JPEG bytes, as found; raw arrays are
+PNG-encoded) and `image/class/label` (int64 list: one entry, or several for
+multi-label data). Files are DATA/{split}-{i:05d}-of-{n:05d}.tfrecord and
+DATA/manifest.json lists splits, counts, class names, shards and label kind.
+
+folder:PATH expects PATH/{split}/{class_name}/*.{png,jpg,jpeg}; a folder without
+split subfolders is one `train` split. Output is deterministic: examples are
+written in sorted (folder) or source order, shards are contiguous slices.
+"""
+import gzip
+import json
+import os
+import struct
+import sys
+
+from absl import app
+from absl import flags
+import numpy as np
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("source", "fashion_mnist",
+                    "fashion_mnist | folder:PATH | tfds:NAME[:CONFIG]")
+flags.DEFINE_string("output_dir", None, "Where the shards and manifest.json go.")
+flags.DEFINE_string("fashion_mnist_dir", "/usr/share/datasets/fashion-mnist",
+                    "IDX files (Debian package dataset-fashion-mnist).")
+flags.DEFINE_integer("examples_per_shard", 10000, "Examples per shard (approx).")
+flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for --source=tfds:.")
+flags.DEFINE_list("splits", None, "Splits to write (default: all the source has).")
+flags.DEFINE_integer("max_examples", None, "Keep the first N of each split (tests).")
+flags.DEFINE_bool("progress", True, "Show a progress bar.")
+
+FASHION_MNIST_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+IMAGE_EXTS = (".png", ".jpg", ".jpeg")
+
+
+def _tf():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf
+
+
+def encode_png(array):
+  array = np.asarray(array, np.uint8)
+  if array.ndim == 2:
+    array = array[..., None]
+  return _tf().io.encode_png(array).numpy()
+
+
+def make_example(encoded, labels):
+  tf = _tf()
+  labels = [int(l) for l in np.atleast_1d(labels)]
+  return tf.train.Example(features=tf.train.Features(feature={
+      "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
+      "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
+  })).SerializeToString()
+
+
+# --- sources: each returns {split: (count, iterator of (encoded, labels))}, class names, multi_label
+
+def read_idx(path):
+  with gzip.open(path, "rb") as f:
+    data = f.read()
+  magic, = struct.unpack(">I", data[:4])
+  ndim = magic & 0xFF
+  shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+  return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def fashion_mnist_source(directory):
+  splits = {}
+  for split, prefix in (("train", "train"), ("test", "t10k")):
+    paths = [os.path.join(directory, f"{prefix}-{kind}-ubyte.gz")
+             for kind in ("images-idx3", "labels-idx1")]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+      raise FileNotFoundError(
+          f"Fashion-MNIST IDX file(s) missing: {', '.join(missing)}. Install the Debian "
+          "package `dataset-fashion-mnist` (make data) or pass --fashion_mnist_dir, or use "
+          "--source=tfds:fashion_mnist.")
+    images, labels = read_idx(paths[0]), read_idx(paths[1])
+    splits[split] = (len(images), ((encode_png(i), l) for i, l in zip(images, labels)))
+  return splits, FASHION_MNIST_CLASSES, False
+
+
+def folder_source(root):
+  if not os.path.isdir(root):
+    raise FileNotFoundError(f"--source=folder:{root}: no such directory")
+  subdirs = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+  split_dirs = {d: os.path.join(root, d) for d in subdirs
+                if d in ("train", "test", "validation", "val", "eval")}
+  if not split_dirs:
+    split_dirs = {"train": root}
+  class_names = sorted({c for d in split_dirs.values() for c in os.listdir(d)
+                        if os.path.isdir(os.path.join(d, c))})
+  if not class_names:
+    raise ValueError(f"--source=folder:{root}: no class subfolders found")
+  index = {c: i for i, c in enumerate(class_names)}
+  splits = {}
+  for split, d in split_dirs.items():
+    files = [(os.path.join(d, c, f), index[c]) for c in class_names
+             if os.path.isdir(os.path.join(d, c))
+             for f in sorted(os.listdir(os.path.join(d, c))) if f.lower().endswith(IMAGE_EXTS)]
+
+    def gen(files=files):
+      for path, label in files:
+        with open(path, "rb") as f:
+          yield f.read(), label
+    splits[split] = (len(files), gen())
+  return splits, class_names, False
+
+
+def tfds_source(name, data_dir):
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  builder = tfds.builder(name, data_dir=data_dir)
+  builder.download_and_prepare()
+  info = builder.info
+  image_key = next(k for k, v in info.features.items()
+                   if isinstance(v, tfds.features.Image))
+  label_key = next(k for k in ("label", "labels", "objects") if k in info.features)
+  label_feature = info.features[label_key]
+  multi_label = isinstance(label_feature, tfds.features.Sequence)
+  class_names = list(getattr(getattr(label_feature, "feature", label_feature), "names", []))
+  splits = {}
+  for split, split_info in info.splits.items():
+    ds = builder.as_dataset(split=split, shuffle_files=False,
+                            decoders={image_key: tfds.decode.SkipDecoding()})
+
+    def gen(ds=ds):
+      for ex in ds.as_numpy_iterator():
+        yield ex[image_key], ex[label_key]
+    splits[split] = (split_info.num_examples, gen())
+  return splits, class_names, multi_label
+
+
+def get_source(source):
+  if source == "fashion_mnist":
+    return fashion_mnist_source(FLAGS.fashion_mnist_dir)
+  if source.startswith("folder:"):
+    return folder_source(source[len("folder:"):])
+  if source.startswith("tfds:"):
+    return tfds_source(source[len("tfds:"):], FLAGS.tfds_data_dir)
+  raise ValueError(f"--source={source!r}: expected fashion_mnist, folder:PATH or tfds:NAME")
+
+
+def write_split(output_dir, split, count, examples, examples_per_shard, progress=True):
+  tf = _tf()
+  num_shards = max(1, -(-count // examples_per_shard))
+  per_shard = -(-count // num_shards)
+  shards, written = [], 0
+  bar = None
+  if progress:
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+    bar = tqdm(total=count, desc=split, unit="img", file=sys.stderr, mininterval=2.0)
+  examples = iter(examples)
+  for s in range(num_shards):
+    name = f"{split}-{s:05d}-of-{num_shards:05d}.tfrecord"
+    n = 0
+    with tf.io.TFRecordWriter(os.path.join(output_dir, name)) as w:
+      for encoded, labels in examples:
+        w.write(make_example(encoded, labels))
+        n += 1
+        if bar:
+          bar.update(1)
+        if n == per_shard:
+          break
+    shards.append({"file": name, "count": n})
+    written += n
+  if bar:
+    bar.close()
+  return {"count": written, "shards": shards}
+
+
+def make_tfrecords(source, output_dir, examples_per_shard=10000, splits=None,
+                   max_examples=None, progress=True):
+  """Writes the shards and manifest; returns the manifest dict."""
+  split_sources, class_names, multi_label = get_source(source)
+  os.makedirs(output_dir, exist_ok=True)
+  manifest = {"source": source, "format": "tf.train.Example",
+              "features": {"image/encoded": "bytes (PNG/JPEG)",
+                           "image/class/label": "int64 list"},
+              "num_classes": len(class_names), "class_names": class_names,
+              "multi_label": multi_label, "splits": {}}
+  for split, (count, examples) in split_sources.items():
+    if splits and split not in splits:
+      continue
+    if max_examples:
+      count = min(count, max_examples)
+      examples = (e for _, e in zip(range(count), examples))
+    manifest["splits"][split] = write_split(output_dir, split, count, examples,
+                                            examples_per_shard, progress)
+  with open(os.path.join(output_dir, "manifest.json"), "w") as f:
+    json.dump(manifest, f, indent=1)
+  return manifest
+
+
+def main(argv):
+  del argv
+  if not FLAGS.output_dir:
+    raise app.UsageError("--output_dir is required")
+  manifest = make_tfrecords(FLAGS.source, FLAGS.output_dir, FLAGS.examples_per_shard,
+                            FLAGS.splits, FLAGS.max_examples, FLAGS.progress)
+  counts = ", ".join(f"{k}: {v['count']}" for k, v in manifest["splits"].items())
+  print(f"Wrote {FLAGS.output_dir} ({counts}; {manifest['num_classes']} classes)")
+
+
+if __name__ == "__main__":
+  app.run(main)

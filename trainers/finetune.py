@@ -1,0 +1,19 @@
+r"""Fine-tunes a ViT (SGD momentum 0.9, clip 1.0, warmup + cosine, optional EMA).
+
+  python trainers/finetune.py --config=configs/cifar10.py --init=PATH_OR_REGISTRY_NAME \
+      --data_dir=DATA --model_dir=RUN [same flags as pretrain.py]
+
+--init: an official .npz, a keras_vit registry name, a .weights.h5/.keras file, or a
+pretrain.py RUN directory. The head is re-initialised to zeros for the config's
+classes, position embeddings are interpolated to `image_size`. With
+`ema_momentum` > 0 the Polyak-averaged weights are evaluated and exported.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from trainers import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+if __name__ == "__main__":
+  app.main("finetune")

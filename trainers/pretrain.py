@@ -1,0 +1,18 @@
+r"""Pre-trains a ViT (Adam, coupled weight decay, warmup + linear/cosine decay).
+
+  python trainers/pretrain.py --config=configs/fashion_mnist.py --data_dir=DATA \
+      --model_dir=RUN [--strategy=auto|default|mirrored|multi_worker|tpu] [--tpu=NAME|local] \
+      [--cpu_replicas=N] [--config.KEY=VALUE ...]
+
+Rerunning the same command on an existing RUN resumes ("resumed from step N").
+See trainers/README.md for the run directory.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from trainers import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+if __name__ == "__main__":
+  app.main("pretrain")
