@@ -1,0 +1,131 @@
+"""VisionTransformer and the named builders."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+
+# DESIGN.md: parameters with a 1000-class head at 224 px.
+PARAMS = {
+    "ViT_Ti16": 5_717_416, "ViT_S16": 22_050_664, "ViT_S32": 22_878_952,
+    "ViT_B8": 86_576_872, "ViT_B16": 86_567_656, "ViT_B32": 88_224_232,
+    "ViT_L16": 304_326_632, "ViT_L32": 306_535_400, "ViT_H14": 632_045_800,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_parameter_counts(name):
+    # Shapes only: inside a stateless scope no variable is allocated.
+    with keras.StatelessScope(initialize_variables=False):
+        model = keras_vit.build_model(name)
+        assert model.count_params() == PARAMS[name]
+        assert model.output.shape == (None, 1000)
+
+
+def tiny(**kwargs):
+    config = dict(image_size=32, patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2,
+                  num_layers=2, num_classes=5)
+    config.update(kwargs)
+    return keras_vit.VisionTransformer(**config)
+
+
+def test_include_top_and_representation_shapes():
+    assert tiny().output.shape == (None, 5)
+    assert tiny(include_top=False).output.shape == (None, 16)
+    assert tiny(include_top=False, representation_size=12).output.shape == (None, 12)
+    gap = tiny(classifier="gap")
+    assert "cls" not in [layer.name for layer in gap.layers]
+    assert gap.get_layer("Transformer").position_embedding.num_tokens == 16
+
+
+def test_non_square_image_and_bad_sizes():
+    model = tiny(image_size=(16, 40))
+    assert model.grid_size == (2, 5) and model.input.shape == (None, 16, 40, 3)
+    with pytest.raises(ValueError, match="not a multiple of the patch size"):
+        tiny(image_size=30)
+    with pytest.raises(ValueError, match="classifier must be"):
+        tiny(classifier="mean")
+
+
+def test_builders_take_keyword_arguments():
+    model = keras_vit.ViT_Ti16(image_size=32, num_classes=3, classifier="gap",
+                               representation_size=8, dropout_rate=0.1)
+    config = model.get_config()
+    assert config["patch_size"] == (16, 16) and config["hidden_size"] == 192
+    assert config["num_classes"] == 3 and config["representation_size"] == 8
+    assert model.name == "vit_ti16"
+    with pytest.raises(ValueError, match="Unknown model 'ViT_X9'"):
+        keras_vit.build_model("ViT_X9")
+
+
+def test_default_builder_call():
+    with keras.StatelessScope(initialize_variables=False):
+        model = keras_vit.ViT_B16()
+        assert model.image_size == (224, 224) and model.num_classes == 1000
+
+
+def test_attention_weights_api(rng):
+    model = tiny()
+    x = rng.uniform(-1, 1, (3, 32, 32, 3)).astype("float32")
+    weights = model.attention_weights(x)
+    assert len(weights) == 2
+    for w in weights:
+        assert w.shape == (3, 2, 17, 17)
+        np.testing.assert_allclose(w.sum(-1), 1, atol=1e-5)
+    # The attention model shares the weights: the first block's weights computed by hand.
+    encoder = model.get_layer("Transformer")
+    tokens = encoder.position_embedding(model.tokens(x))
+    _, expected = encoder.blocks[0].attention(encoder.blocks[0].norm_1(tokens),
+                                              return_attention_weights=True)
+    np.testing.assert_allclose(weights[0], keras.ops.convert_to_numpy(expected), atol=1e-5)
+
+
+def test_encoder_returns_hidden_states_and_weights(rng):
+    model = tiny()
+    encoder = model.get_layer("Transformer")
+    x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    tokens = model.tokens(x)
+    out, weights, states = encoder(tokens, return_attention_weights=True,
+                                   return_hidden_states=True)
+    assert len(weights) == 2 and len(states) == 3
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out),
+                               keras.ops.convert_to_numpy(encoder(tokens)), atol=1e-5)
+
+
+def test_dropout_only_in_training(rng):
+    model = tiny(dropout_rate=0.5, attention_dropout_rate=0.5)
+    for w in model.weights:
+        w.assign(rng.standard_normal(w.shape).astype("float32") * 0.1)
+    x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    a, b = model(x, training=False), model(x, training=False)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+    c = model(x, training=True)
+    assert not np.allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(c))
+
+
+def test_preprocess_input():
+    x = np.array([[0, 127.5, 255]], dtype=np.float32)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(keras_vit.preprocess_input(x)),
+                               [[-1, 0, 1]])
+    u = np.array([0, 255], dtype=np.uint8)
+    out = keras_vit.preprocess_input(u)
+    assert keras.backend.standardize_dtype(out.dtype) == "float32"
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out), [-1, 1])
+
+
+def test_decode_predictions():
+    preds = np.zeros((2, 1000), np.float32)
+    preds[0, 1], preds[0, 0] = 0.9, 0.05
+    preds[1, 999] = 1.0
+    decoded = keras_vit.decode_predictions(preds, top=2)
+    assert decoded[0][0][:2] == ("n01443537", "goldfish, Carassius auratus")
+    assert decoded[0][1][0] == "n01440764" and decoded[0][0][2] == pytest.approx(0.9)
+    assert decoded[1][0][0] == "n15075141"  # toilet tissue, the last class
+    names = keras_vit.decode_predictions(np.array([[0.1, 0.7, 0.2]]), top=1,
+                                         class_names=["a", "b", "c"])
+    assert names == [[("1", "b", pytest.approx(0.7))]]
+    with pytest.raises(ValueError, match="21843 classes"):
+        keras_vit.decode_predictions(np.zeros((1, 21843)))
+    with pytest.raises(ValueError, match="2 class names for predictions with 3"):
+        keras_vit.decode_predictions(np.zeros((1, 3)), class_names=["a", "b"])

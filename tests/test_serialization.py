@@ -1,0 +1,69 @@
+"""`.keras` round trips (safe_mode) and backend agreement."""
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+
+import keras_vit
+from numpy_vit import random_params
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SMALL_KW = dict(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2)
+
+
+def test_keras_round_trip_safe_mode(tmp_path, rng):
+    model = keras_vit.VisionTransformer(**SMALL_KW, image_size=(32, 24), classifier="gap",
+                                        representation_size=8, num_classes=4,
+                                        dropout_rate=0.1, name="my_vit")
+    for w in model.weights:
+        w.assign(rng.standard_normal(w.shape).astype("float32") * 0.2)
+    path = str(tmp_path / "vit.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert isinstance(loaded, keras_vit.VisionTransformer)
+    assert loaded.get_config() == model.get_config()
+    x = rng.uniform(-1, 1, (2, 32, 24, 3)).astype("float32")
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    # The attention API survives the round trip.
+    assert len(loaded.attention_weights(x)) == 2
+
+
+def test_mixed_precision_policy_round_trip(tmp_path):
+    model = keras_vit.VisionTransformer(**SMALL_KW, image_size=16, num_classes=2,
+                                        dtype="mixed_bfloat16")
+    assert model.get_layer("Transformer").compute_dtype == "bfloat16"
+    assert model.get_layer("Transformer").variable_dtype == "float32"
+    path = str(tmp_path / "mixed.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert loaded.get_layer("Transformer").compute_dtype == "bfloat16"
+
+
+def test_jax_backend_matches_tensorflow(tmp_path, rng):
+    params = random_params(patch=8, hidden=16, mlp=32, heads=2, layers=2, grid=(4, 4),
+                           num_classes=5, representation_size=8, seed=3)
+    ckpt = tmp_path / "ckpt.npz"
+    np.savez(ckpt, **params)
+    x = rng.uniform(-1, 1, (3, 32, 32, 3)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    script = (
+        "import sys, numpy as np, keras, keras_vit\n"
+        "assert keras.backend.backend() == 'jax'\n"
+        "assert 'tensorflow' not in sys.modules, 'keras_vit imported TensorFlow'\n"
+        f"m = keras_vit.VisionTransformer(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2,"
+        f" num_layers=2, weights={str(ckpt)!r})\n"
+        f"x = np.load({str(tmp_path / 'x.npy')!r})\n"
+        "np.save(sys.argv[1], np.asarray(m.predict(x, verbose=0)))\n"
+        "w = m.attention_weights(x)\n"
+        "np.save(sys.argv[2], np.asarray(w[1]))\n")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    out, att = tmp_path / "jax.npy", tmp_path / "jax_att.npy"
+    proc = subprocess.run([sys.executable, "-c", script, str(out), str(att)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    model = keras_vit.VisionTransformer(**SMALL_KW, weights=str(ckpt))
+    np.testing.assert_allclose(np.load(out), model.predict(x, verbose=0), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.load(att), model.attention_weights(x)[1], atol=1e-5, rtol=0)
