@@ -1,0 +1,252 @@
+"""Looking inside a ViT (paper §4.5, Fig. 6 and 7), on any Keras backend.
+
+Every function returns numpy arrays. The array functions (`rollout`,
+`rollout_maps`, `mean_attention_distance`, `cosine_similarity_grid`,
+`principal_components`) take plain arrays, so they can be checked against
+hand-made attention matrices; the model functions (`attention_maps`,
+`attention_distance`, `position_embedding_similarity`,
+`embedding_filter_components`) read a `keras_vit.VisionTransformer`.
+
+    maps = keras_vit.inspect.attention_maps(model, images)         # (B, rows, cols)
+    dist = keras_vit.inspect.attention_distance(model, images)     # (layers, heads) px
+    sim = keras_vit.inspect.position_embedding_similarity(model)   # (r, c, r, c)
+    comps, var = keras_vit.inspect.embedding_filter_components(model)  # (k, P, P, 3)
+
+`images` are (B, H, W, 3) in [-1, 1] (`keras_vit.preprocess_input`).
+"""
+
+import keras
+import numpy as np
+
+
+class NotMeaningfulError(ValueError):
+    """A figure that has no meaning for this model (e.g. RGB filters of a hybrid)."""
+
+
+# -- Attention rollout (Abnar & Zuidema 2020; paper Fig. 6, Appendix D.8) ---------
+
+def rollout(attention_weights):
+    """Attention rollout through all layers.
+
+    For each layer the heads are averaged, the identity is added for the
+    residual connection and the rows are renormalised to sum to 1:
+    A~ = (mean_h A + I) / row sums. The rollout is A~_L @ ... @ A~_1, so row q
+    says how much each input token flows into output token q.
+
+    Args:
+        attention_weights: list of `layers` arrays (B, heads, T, T) (rows summing
+            to 1), first layer first, as `VisionTransformer.attention_weights`.
+    Returns:
+        float64 array (B, T, T) whose rows sum to 1.
+    """
+    if not len(attention_weights):
+        raise ValueError("rollout: no attention weights (a model with 0 layers?).")
+    result = None
+    for i, weights in enumerate(attention_weights):
+        weights = np.asarray(weights, np.float64)
+        if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
+            raise ValueError(f"rollout: attention weights of layer {i} must be "
+                             f"(batch, heads, T, T), got shape {weights.shape}.")
+        if result is not None and weights.shape[-1] != result.shape[-1]:
+            raise ValueError(f"rollout: layer {i} has {weights.shape[-1]} tokens, "
+                             f"layer 0 has {result.shape[-1]}.")
+        joint = weights.mean(axis=1) + np.eye(weights.shape[-1])
+        joint /= joint.sum(axis=-1, keepdims=True)
+        result = joint if result is None else joint @ result
+    return result
+
+
+def rollout_maps(rollout_matrix, grid_size, num_prefix_tokens):
+    """Heat-maps over the patch grid from a rollout.
+
+    Token models (num_prefix_tokens=1): the class token's row. GAP models
+    (num_prefix_tokens=0): the mean of all rows, since the representation is
+    the mean over tokens. The patch columns are kept and renormalised to sum to
+    1 over the grid.
+
+    Args:
+        rollout_matrix: (B, T, T) from `rollout`, T = prefix + rows*cols.
+        grid_size: (rows, cols) of the patch grid.
+        num_prefix_tokens: 1 with a class token, else 0.
+    Returns:
+        float64 array (B, rows, cols), each map summing to 1.
+    """
+    rows, cols = grid_size
+    rollout_matrix = np.asarray(rollout_matrix, np.float64)
+    tokens = num_prefix_tokens + rows * cols
+    if rollout_matrix.ndim != 3 or rollout_matrix.shape[1:] != (tokens, tokens):
+        raise ValueError(f"rollout_maps: expected (batch, {tokens}, {tokens}) for a "
+                         f"{rows}x{cols} grid with {num_prefix_tokens} prefix token(s), "
+                         f"got {rollout_matrix.shape}.")
+    if num_prefix_tokens:
+        flow = rollout_matrix[:, 0, num_prefix_tokens:]
+    else:
+        flow = rollout_matrix.mean(axis=1)
+    flow = flow / flow.sum(axis=-1, keepdims=True)
+    return flow.reshape(-1, rows, cols)
+
+
+def attention_maps(model, images, batch_size=32):
+    """Rollout heat-maps (B, rows, cols) of a model for images (B, H, W, 3) in
+    [-1, 1]: the class token's map for token models, the mean over tokens for
+    GAP models. Each map sums to 1; upsample with `upsample`."""
+    weights = model.attention_weights(images, batch_size=batch_size)
+    encoder = model.get_layer("Transformer")
+    return rollout_maps(rollout(weights), encoder.grid_size, encoder.num_prefix_tokens)
+
+
+def upsample(maps, image_size):
+    """(B, rows, cols) maps -> (B, height, width), bilinear (scipy.ndimage.zoom,
+    order=1), for overlaying on the images."""
+    import scipy.ndimage
+
+    maps = np.asarray(maps, np.float64)
+    height, width = image_size
+    factors = (1, height / maps.shape[1], width / maps.shape[2])
+    return scipy.ndimage.zoom(maps, factors, order=1, grid_mode=True, mode="nearest")
+
+
+# -- Mean attention distance (paper Fig. 7 right, Appendix D.7) --------------------
+
+def patch_centres(grid_size, patch_pixels):
+    """(rows*cols, 2) pixel coordinates (y, x) of the patch centres, row-major
+    (the token order of the patch embedding)."""
+    rows, cols = grid_size
+    step_y, step_x = patch_pixels
+    y, x = np.meshgrid((np.arange(rows) + 0.5) * step_y, (np.arange(cols) + 0.5) * step_x,
+                       indexing="ij")
+    return np.stack([y.ravel(), x.ravel()], axis=-1)
+
+
+def mean_attention_distance(attention_weights, grid_size, patch_pixels, num_prefix_tokens):
+    """Attention-weighted distance in pixels between query and key patch centres,
+    per layer and head, averaged over the query patches and the images.
+
+    Only patch-to-patch attention has a distance: the class token's row and
+    column are dropped and each query's weights over the patches are
+    renormalised to sum to 1 (a query that puts all its weight on the class
+    token contributes distance 0).
+
+    Args:
+        attention_weights: list of `layers` arrays (B, heads, T, T).
+        grid_size: (rows, cols) of the patch grid.
+        patch_pixels: (height, width) in pixels of one grid cell: the patch size
+            for a plain ViT, image size / grid size in general (hybrids).
+        num_prefix_tokens: 1 with a class token, else 0.
+    Returns:
+        float64 array (layers, heads), in pixels.
+    """
+    centres = patch_centres(grid_size, patch_pixels)
+    distance = np.linalg.norm(centres[:, None, :] - centres[None, :, :], axis=-1)
+    tokens = num_prefix_tokens + len(centres)
+    result = []
+    for i, weights in enumerate(attention_weights):
+        weights = np.asarray(weights, np.float64)
+        if weights.ndim != 4 or weights.shape[-2:] != (tokens, tokens):
+            raise ValueError(
+                f"mean_attention_distance: layer {i} weights must be (batch, heads, "
+                f"{tokens}, {tokens}) for a {grid_size[0]}x{grid_size[1]} grid with "
+                f"{num_prefix_tokens} prefix token(s), got {weights.shape}.")
+        patch = weights[..., num_prefix_tokens:, num_prefix_tokens:]
+        mass = patch.sum(axis=-1)
+        per_query = np.divide((patch * distance).sum(axis=-1), mass,
+                              out=np.zeros_like(mass), where=mass > 0)
+        result.append(per_query.mean(axis=(0, 2)))
+    return np.stack(result)
+
+
+def grid_cell_pixels(model):
+    """(height, width) in pixels that one token of the grid covers."""
+    grid = model.get_layer("Transformer").grid_size
+    return tuple(size / cells for size, cells in zip(model.image_size, grid))
+
+
+def attention_distance(model, images, batch_size=32):
+    """Mean attention distance (layers, heads) in pixels of a model over images
+    (B, H, W, 3) in [-1, 1]; see `mean_attention_distance`."""
+    weights = model.attention_weights(images, batch_size=batch_size)
+    encoder = model.get_layer("Transformer")
+    return mean_attention_distance(weights, encoder.grid_size, grid_cell_pixels(model),
+                                   encoder.num_prefix_tokens)
+
+
+# -- Position-embedding similarity (paper Fig. 7 middle) ---------------------------
+
+def cosine_similarity_grid(embeddings, grid_size):
+    """Cosine similarity of every grid embedding with every other.
+
+    Args:
+        embeddings: (rows*cols, D), row-major over the grid.
+        grid_size: (rows, cols).
+    Returns:
+        float64 array (rows, cols, rows, cols): [i, j] is the map of patch
+        (i, j)'s similarity with every patch.
+    """
+    rows, cols = grid_size
+    embeddings = np.asarray(embeddings, np.float64)
+    if embeddings.ndim != 2 or embeddings.shape[0] != rows * cols:
+        raise ValueError(f"cosine_similarity_grid: expected ({rows * cols}, D) for a "
+                         f"{rows}x{cols} grid, got {embeddings.shape}.")
+    norms = np.linalg.norm(embeddings, axis=-1, keepdims=True)
+    if np.any(norms == 0):
+        raise ValueError("cosine_similarity_grid: an embedding is all zeros; its cosine "
+                         f"similarity is undefined (index {int(np.argmin(norms))}).")
+    unit = embeddings / norms
+    return (unit @ unit.T).reshape(rows, cols, rows, cols)
+
+
+def position_embedding_similarity(model):
+    """(rows, cols, rows, cols) cosine similarities of the model's learned
+    position embeddings of the patch grid (the class token's is left out)."""
+    layer = model.get_layer("Transformer").position_embedding
+    table = keras.ops.convert_to_numpy(layer.pos_embedding)[0]
+    return cosine_similarity_grid(table[layer.num_prefix_tokens:], layer.grid_size)
+
+
+# -- Embedding filters (paper Fig. 7 left) ---------------------------------------
+
+def principal_components(samples, num_components):
+    """Principal components of `samples` (N, F): the top right singular vectors
+    of the centred matrix.
+
+    Returns:
+        components (k, F), orthonormal rows, k = min(num_components, N, F), and
+        the fraction of the variance each explains (k,).
+    """
+    samples = np.asarray(samples, np.float64)
+    if samples.ndim != 2:
+        raise ValueError(f"principal_components: expected (samples, features), got "
+                         f"{samples.shape}.")
+    centred = samples - samples.mean(axis=0, keepdims=True)
+    _, singular, vt = np.linalg.svd(centred, full_matrices=False)
+    k = min(int(num_components), *samples.shape)
+    variance = singular ** 2
+    total = variance.sum()
+    explained = variance[:k] / total if total > 0 else np.zeros(k)
+    return vt[:k], explained
+
+
+def embedding_filter_components(model, num_components=28):
+    """Top principal components of the patch-embedding filters as images.
+
+    The D filters of the patch embedding kernel (P, P, 3, D) are the samples.
+
+    Returns:
+        components (k, P, P, 3) (orthonormal when flattened) and the explained
+        variance fractions (k,).
+    Raises:
+        NotMeaningfulError: for hybrids, whose patch embedding projects ResNet
+            feature maps (1x1xC), not RGB pixels.
+    """
+    if (model.get_config().get("resnet") or None) is not None:
+        raise NotMeaningfulError(
+            "embedding filters: this hybrid model's patch embedding projects ResNet "
+            "features, not RGB pixels, so its filters cannot be shown as RGB patches.")
+    kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").kernel)
+    if kernel.ndim != 4 or kernel.shape[2] != 3:
+        raise NotMeaningfulError(
+            f"embedding filters: the patch embedding kernel has shape {kernel.shape}, "
+            "not (P, P, 3, D) on RGB pixels; its filters are not RGB patches.")
+    filters = kernel.reshape(-1, kernel.shape[-1]).T  # (D, P*P*3)
+    components, explained = principal_components(filters, num_components)
+    return components.reshape(-1, *kernel.shape[:3]), explained
