@@ -1,0 +1,149 @@
+"""tools/visualize.py, tools/fewshot.py and the trainers' few-shot callback, end to
+end on a tiny TFRecord directory (made by tools/make_tfrecords.py) and a tiny RUN."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUM_CLASSES = 4
+IMAGE = 16
+MODEL = dict(image_size=IMAGE, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
+             num_layers=2, classifier="token", num_classes=NUM_CLASSES)
+
+
+def texture_images(rng, count, label):
+    """Class 0 flat, 1 horizontal stripes, 2 vertical stripes, 3 checkerboard; random
+    contrast and noise. Location-free, so even random ViT features tell them apart."""
+    rows, cols = np.indices((IMAGE, IMAGE))
+    pattern = [np.zeros((IMAGE, IMAGE)), rows % 2, cols % 2, (rows + cols) % 2][label]
+    contrast = rng.uniform(100, 200, size=(count, 1, 1))
+    noise = rng.uniform(0, 40, size=(count, IMAGE, IMAGE))
+    return np.clip(20 + contrast * pattern + noise, 0, 255).astype(np.uint8)
+
+
+def run_tool(*args):
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """train: 12 images per class; test: 6 per class (tools/make_tfrecords.py)."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))  # as trainers/testing.py imports it
+    import make_tfrecords
+
+    rng = np.random.default_rng(0)
+    splits = {}
+    for split, count in (("train", 12), ("test", 6)):
+        images = np.concatenate([texture_images(rng, count, k) for k in range(NUM_CLASSES)])
+        labels = np.repeat(np.arange(NUM_CLASSES), count)
+        splits[split] = (len(labels), zip(images[..., None], labels))
+    out = str(tmp_path_factory.mktemp("textures"))
+    make_tfrecords.make_tfrecords((splits, [f"texture{k}" for k in range(NUM_CLASSES)], False),
+                                  out, examples_per_shard=20, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A trainers-style RUN directory holding a randomly initialised tiny ViT."""
+    keras.utils.set_random_seed(3)
+    model = keras_vit.VisionTransformer(**MODEL)
+    path = tmp_path_factory.mktemp("run")
+    model.save_weights(str(path / "model.weights.h5"))
+    (path / "model_config.json").write_text(json.dumps(model.get_config()))
+    return str(path)
+
+
+def test_visualize_writes_the_four_figures(data_dir, run_dir, tmp_path):
+    out = tmp_path / "figures"
+    run_tool("tools/visualize.py", f"--run_dir={run_dir}", f"--data_dir={data_dir}",
+             f"--output_dir={out}", "--num_images=3", "--distance_images=8",
+             "--num_components=6")
+    for name in ("attention_rollout", "attention_distance", "position_embedding_similarity",
+                 "embedding_filters"):
+        png = (out / f"{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 2000, name
+    numbers = json.loads((out / "inspect.json").read_text())
+    distance = np.array(numbers["mean_attention_distance_px"])
+    assert distance.shape == (2, 2) and numbers["distance_images"] == 8
+    # Patch centres 4 px apart on a 4x4 grid: distances lie in [0, diagonal].
+    assert (distance > 0).all() and (distance < np.hypot(12, 12)).all()
+    assert len(numbers["filter_explained_variance"]) == 6
+
+
+def test_images_are_read_from_files_and_tfrecords_and_a_bad_glob_is_named(data_dir, tmp_path):
+    from tools import inspect_io
+
+    images, labels = inspect_io.load_images(os.path.join(data_dir, "test-*.tfrecord"), (16, 16), 7)
+    assert images.shape == (7, 16, 16, 3) and images.dtype == np.float32
+    assert -1 <= images.min() and images.max() <= 1
+    np.testing.assert_array_equal(labels, [0] * 6 + [1])  # file order, first shard first
+    np.testing.assert_array_equal(images[..., 0], images[..., 2])  # grey -> RGB
+    import tensorflow as tf
+    pixels = (np.arange(64, dtype=np.uint8).reshape(8, 8, 1)) * 3
+    (tmp_path / "a.png").write_bytes(tf.io.encode_png(pixels).numpy())
+    images, labels = inspect_io.load_images(str(tmp_path / "*.png"), (8, 8), 5)
+    np.testing.assert_allclose(images[0, ..., 1], pixels[..., 0] / 127.5 - 1, atol=1e-6)
+    np.testing.assert_array_equal(labels, [-1])
+    with pytest.raises(FileNotFoundError, match="nothing/here"):
+        inspect_io.load_images(str(tmp_path / "nothing/here/*.png"), (8, 8), 5)
+
+
+def test_fewshot_tool_reports_every_shot_count(data_dir, run_dir, tmp_path):
+    output = tmp_path / "fewshot.json"
+    result = run_tool("tools/fewshot.py", f"--run_dir={run_dir}", f"--data_dir={data_dir}",
+                      "--shots=1,5,10", "--num_seeds=2", f"--output_json={output}")
+    saved = json.loads(output.read_text())
+    assert set(saved["results"]) == {"1", "5", "10"}
+    for k in ("1", "5", "10"):
+        assert f"{k}-shot:" in result.stdout
+        assert len(saved["results"][k]["per_seed"]) == 2
+    # Even random ViT features tell the textures apart.
+    assert saved["results"]["10"]["mean"] >= 0.9, saved["results"]
+
+
+def test_fewshot_callback_evaluates_every_n_steps(data_dir):
+    from trainers import fewshot_callback
+
+    keras.utils.set_random_seed(4)
+    model = keras_vit.VisionTransformer(**MODEL)
+    model.compile(optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    callback = fewshot_callback.FewShotCallback(data_dir, IMAGE, every_steps=2, shots=(1, 3),
+                                                num_seeds=2)
+    rng = np.random.default_rng(5)
+    images = rng.uniform(-1, 1, (40, IMAGE, IMAGE, 3)).astype("float32")
+    labels = rng.integers(0, NUM_CLASSES, 40)
+    history = model.fit(images, labels, batch_size=8, epochs=1, steps_per_epoch=3,
+                        callbacks=[callback], verbose=0)
+    assert sorted(callback.history) == [2, 3]  # every 2 steps, and at the end
+    for results in callback.history.values():
+        assert set(results) == {1, 3}
+        assert all(0 <= r["mean"] <= 1 and len(r["per_seed"]) == 2 for r in results.values())
+    assert "fewshot_3shot" in history.history
+
+
+def test_fewshot_from_config_is_off_without_fewshot_every(data_dir):
+    import ml_collections
+    from trainers import fewshot_callback
+
+    config = ml_collections.ConfigDict({"image_size": IMAGE, "fewshot_every": 0})
+    assert fewshot_callback.from_config(config, data_dir) is None
+    config.fewshot_every = 10
+    config.fewshot = {"shots": (1, 2), "num_seeds": 1}
+    callback = fewshot_callback.from_config(config, data_dir)
+    assert callback.every_steps == 10 and callback.evaluator.options["shots"] == (1, 2)
+    config.fewshot = {"shot": 5}
+    with pytest.raises(ValueError, match="unknown option"):
+        fewshot_callback.from_config(config, data_dir)

@@ -1,0 +1,96 @@
+r"""Writes the paper's §4.5 figures for a model: attention rollout overlays
+(Fig. 6), mean attention distance per head against depth, position-embedding
+similarity and the principal components of the patch-embedding filters (Fig. 7).
+
+  python tools/visualize.py --run_dir=RUN --data_dir=DATA --output_dir=FIGS
+  python tools/visualize.py --model=ViT_B16 --weights=imagenet21k+imagenet2012 \
+      --images='photos/*.jpg' --output_dir=FIGS
+
+Outputs in --output_dir: attention_rollout.png, attention_distance.png,
+position_embedding_similarity.png, embedding_filters.png and inspect.json (the
+distances in pixels and the explained variances). A figure that has no meaning
+for the model (the RGB filters of a hybrid) is skipped with a message saying why.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from tools import figures  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tools import inspect_io  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+inspect_io.define_model_flags()
+
+flags.DEFINE_string("images", None, "Glob of PNG/JPEG files or TFRecord shards.")
+flags.DEFINE_string("data_dir", None, "Without --images: a tools/make_tfrecords.py directory.")
+flags.DEFINE_string("split", "test", "With --data_dir: the split to take images from.")
+flags.DEFINE_integer("num_images", 6, "Images shown in the rollout figure.")
+flags.DEFINE_integer("distance_images", 128,
+                     "Images the mean attention distance is averaged over.")
+flags.DEFINE_integer("num_components", 28, "Principal components of the filters shown.")
+flags.DEFINE_string("output_dir", None, "Where the PNG files go.")
+flags.DEFINE_integer("batch_size", 32, "Batch size for the attention model.")
+
+FLAGS = flags.FLAGS
+
+
+def write_figures(model, images, labels, output_dir, num_images, num_components,
+                  batch_size=32):
+  """Writes the four figures; returns {figure name: path or reason skipped} and
+  the numbers behind them."""
+  from keras_vit import inspect as vit_inspect  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(output_dir, exist_ok=True)
+  out = lambda name: os.path.join(output_dir, name)
+  shown = images[:num_images]
+  titles = [f"label {int(l)}" if l >= 0 else "" for l in labels[:num_images]]
+  written, numbers = {}, {}
+  maps = vit_inspect.attention_maps(model, shown, batch_size=batch_size)
+  written["attention_rollout"] = figures.attention_overlays(
+      shown, maps, out("attention_rollout.png"), titles)
+  distance = vit_inspect.attention_distance(model, images, batch_size=batch_size)
+  numbers["mean_attention_distance_px"] = distance.round(3).tolist()
+  numbers["distance_images"] = len(images)
+  written["attention_distance"] = figures.attention_distance(
+      distance, out("attention_distance.png"), model.image_size)
+  written["position_embedding_similarity"] = figures.position_similarity(
+      vit_inspect.position_embedding_similarity(model),
+      out("position_embedding_similarity.png"))
+  try:
+    components, explained = vit_inspect.embedding_filter_components(model, num_components)
+  except vit_inspect.NotMeaningfulError as e:
+    written["embedding_filters"] = f"skipped: {e}"
+  else:
+    numbers["filter_explained_variance"] = explained.round(4).tolist()
+    written["embedding_filters"] = figures.embedding_filters(
+        components, out("embedding_filters.png"), explained)
+  with open(out("inspect.json"), "w") as f:
+    json.dump({"figures": written, **numbers}, f, indent=1)
+  return written, numbers
+
+
+def main(argv):
+  del argv
+  if not FLAGS.output_dir:
+    raise app.UsageError("--output_dir is required")
+  try:
+    model = inspect_io.load_model_from_flags()
+    count = max(FLAGS.num_images, FLAGS.distance_images)
+    images, labels = inspect_io.images_for_figures(FLAGS.images, FLAGS.data_dir, FLAGS.split,
+                                                   model.image_size, count)
+  except (ValueError, FileNotFoundError) as e:
+    raise app.UsageError(str(e))
+  written, _ = write_figures(model, images, labels, FLAGS.output_dir, FLAGS.num_images,
+                             FLAGS.num_components, FLAGS.batch_size)
+  for name, result in written.items():
+    logging.info("%s: %s", name, result)
+    print(f"{name}: {result}")
+
+
+if __name__ == "__main__":
+  app.run(main)
