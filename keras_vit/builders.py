@@ -1,18 +1,27 @@
-"""Named ViT builders (`ViT_B16(...)`) and `build_model` from a name or a dict."""
+"""Named ViT builders (`ViT_B16(...)`, hybrids `R50_ViT_B16(...)`) and
+`build_model` from a name or a dict."""
 
-from keras_vit.variants import VARIANTS
+from keras_vit.variants import HYBRID_VARIANTS, VARIANTS
 from keras_vit.vision_transformer import VisionTransformer
+
+
+_ALL_VARIANTS = {**VARIANTS, **HYBRID_VARIANTS}
 
 
 def _builder(variant):
     def build(weights=None, **kwargs):
         kwargs.setdefault("name", variant.lower())
-        return VisionTransformer(weights=weights, **{**VARIANTS[variant], **kwargs})
+        return VisionTransformer(weights=weights, **{**_ALL_VARIANTS[variant], **kwargs})
 
-    arch = VARIANTS[variant]
+    arch = _ALL_VARIANTS[variant]
+    resnet = ""
+    if "resnet" in arch:
+        units = arch["resnet"]["num_layers"]
+        resnet = f"ResNet with units per stage {units}, then " if units else \
+            "ResNet stem alone, then "
     build.__name__ = build.__qualname__ = variant
     build.__doc__ = (
-        f"{variant}: patch {arch['patch_size']}, hidden {arch['hidden_size']}, MLP "
+        f"{variant}: {resnet}patch {arch['patch_size']}, hidden {arch['hidden_size']}, MLP "
         f"{arch['mlp_dim']}, {arch['num_heads']} heads, {arch['num_layers']} layers.\n\n"
         "Takes the keyword arguments of `keras_vit.VisionTransformer` (weights, "
         "image_size, num_classes, include_top, classifier, representation_size, "
@@ -29,8 +38,13 @@ ViT_B32 = _builder("ViT_B32")
 ViT_L16 = _builder("ViT_L16")
 ViT_L32 = _builder("ViT_L32")
 ViT_H14 = _builder("ViT_H14")
+R50_ViT_B16 = _builder("R50_ViT_B16")
+R50_ViT_L32 = _builder("R50_ViT_L32")
+R26_ViT_S32 = _builder("R26_ViT_S32")
+R26_ViT_B32 = _builder("R26_ViT_B32")
+R_Ti16 = _builder("R_Ti16")
 
-BUILDERS = {name: globals()[name] for name in VARIANTS}
+BUILDERS = {name: globals()[name] for name in _ALL_VARIANTS}
 
 
 def build_model(spec, **overrides):

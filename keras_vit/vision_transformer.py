@@ -4,6 +4,7 @@ import keras
 
 from keras_vit import layers as vit_layers
 from keras_vit.layers.patch_embedding import to_pair
+from keras_vit.layers.resnet import resnet_layers, resnet_spec, resnet_stride
 
 _FROM_WEIGHTS = "from_weights"  # representation_size default: follow the checkpoint
 
@@ -14,6 +15,10 @@ class VisionTransformer(keras.Model):
     encoder, then the representation (class token or GAP), optional pre_logits
     (Dense + tanh) and the classification head.
 
+    Hybrids (paper §3.1) put a ResNet ('root' stem, stages 'block1'..) before the
+    patch embedding, which then cuts the feature map into patches (1x1 for the
+    published hybrids).
+
     Input: images (batch, height, width, 3) scaled to [-1, 1]
     (`keras_vit.preprocess_input`). Output: logits (batch, num_classes), or with
     `include_top=False` the representation (batch, representation_size or
@@ -22,7 +27,7 @@ class VisionTransformer(keras.Model):
     Args:
         image_size: int or (height, width), multiples of the patch size. None:
             the checkpoint's resolution when `weights` are given, else 224.
-        patch_size: patch side P.
+        patch_size: patch side P (on the ResNet feature map for hybrids).
         hidden_size, mlp_dim, num_heads, num_layers: Transformer sizes.
         classifier: 'token' (class token) or 'gap' (global average pooling).
             None: what the checkpoint has, else 'token'.
@@ -35,6 +40,12 @@ class VisionTransformer(keras.Model):
         weights: None, a registry name ('imagenet21k', ... see
             `keras_vit.checkpoint.registry`), or a path to an official `.npz`,
             a `.keras` or a `.weights.h5` file.
+        resnet: None for a plain ViT; for a hybrid the ResNet's units per stage,
+            e.g. (3, 4, 9) (`()`: stem only), or the official config's mapping
+            {'num_layers': (3, 4, 9), 'width_factor': 1}. The effective patch is
+            patch_size * the ResNet's stride (4 for the stem, x2 per further
+            stage); any image size whose feature map is a multiple of
+            patch_size works.
         dtype: a dtype policy for every layer (e.g. 'mixed_bfloat16').
     """
 
@@ -42,11 +53,14 @@ class VisionTransformer(keras.Model):
                  num_heads=12, num_layers=12, classifier=None,
                  representation_size=_FROM_WEIGHTS, num_classes=None, include_top=True,
                  dropout_rate=0.0, attention_dropout_rate=0.0, weights=None,
-                 name="vit", dtype=None, **kwargs):
+                 name="vit", dtype=None, resnet=None, **kwargs):
         from keras_vit.checkpoint import loader  # deferred: loader imports this module
 
         arch = dict(patch_size=patch_size, hidden_size=hidden_size, mlp_dim=mlp_dim,
                     num_heads=num_heads, num_layers=num_layers)
+        resnet = resnet_spec(resnet)
+        if resnet is not None:
+            arch.update(resnet=resnet, stride=resnet_stride(resnet))
         source = loader.open_source(weights, arch) if weights is not None else None
         meta = source.metadata if source is not None else {}
         image_size = to_pair(image_size or meta.get("image_size") or 224, "image_size")
@@ -60,9 +74,13 @@ class VisionTransformer(keras.Model):
 
         patch_embedding = vit_layers.PatchEmbedding(patch_size, hidden_size, name="embedding",
                                                     dtype=dtype)
-        grid_size = patch_embedding.grid_size(image_size)
         images = keras.Input((*image_size, 3), name="image")
-        x = patch_embedding(images)
+        x = images
+        for layer in resnet_layers(resnet, dtype) if resnet is not None else ():
+            x = layer(x)
+        grid_size = (patch_embedding.grid_size(image_size) if resnet is None else
+                     _hybrid_grid_size(patch_embedding, image_size, tuple(x.shape[1:3])))
+        x = patch_embedding(x)
         if classifier == "token":
             x = vit_layers.ClassToken(name="cls", dtype=dtype)(x)
         x = vit_layers.Encoder(
@@ -93,6 +111,7 @@ class VisionTransformer(keras.Model):
         self.include_top = bool(include_top)
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
+        self.resnet = resnet
         self._dtype_arg = dtype
         if source is not None:
             loader.load_source(self, source)
@@ -101,10 +120,21 @@ class VisionTransformer(keras.Model):
 
     def tokens(self, images):
         """Applies the layers before the encoder: (B, H, W, 3) -> (B, T, hidden)."""
-        x = self.get_layer("embedding")(images)
+        x = images
+        for layer in self.resnet_layers():
+            x = layer(x)
+        x = self.get_layer("embedding")(x)
         if self.classifier == "token":
             x = self.get_layer("cls")(x)
         return x
+
+    def resnet_layers(self):
+        """The hybrid's ResNet layers in order (stem 'root', stages 'block1'..);
+        empty for a plain ViT."""
+        if self.resnet is None:
+            return []
+        return [self.get_layer("root")] + [
+            self.get_layer(f"block{i + 1}") for i in range(len(self.resnet["num_layers"]))]
 
     def attention_model(self):
         """A `keras.Model` sharing this model's weights that maps images to the
@@ -145,6 +175,9 @@ class VisionTransformer(keras.Model):
             "dropout_rate": self.dropout_rate,
             "attention_dropout_rate": self.attention_dropout_rate,
         }
+        if self.resnet is not None:
+            config["resnet"] = {"num_layers": list(self.resnet["num_layers"]),
+                                "width_factor": self.resnet["width_factor"]}
         if self._dtype_arg is not None:
             config["dtype"] = keras.dtype_policies.serialize(
                 keras.dtype_policies.get(self._dtype_arg))
@@ -160,3 +193,13 @@ class VisionTransformer(keras.Model):
                 config[key] = tuple(config[key])
         return cls(**config)
 
+
+def _hybrid_grid_size(patch_embedding, image_size, feature_size):
+    """A hybrid's token grid: patches of the ResNet feature map (rows, cols)."""
+    ph, pw = patch_embedding.patch_size
+    if feature_size[0] % ph or feature_size[1] % pw:
+        raise ValueError(
+            f"image size {image_size[0]}x{image_size[1]} gives a ResNet feature map of "
+            f"{feature_size[0]}x{feature_size[1]}, not a multiple of the patch size "
+            f"{ph}x{pw}.")
+    return feature_size[0] // ph, feature_size[1] // pw

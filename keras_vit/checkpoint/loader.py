@@ -14,6 +14,7 @@ import numpy as np
 from keras_vit.checkpoint import layout, npz, registry
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.layers.position_embedding import resize_position_embedding
+from keras_vit.layers.resnet import resnet_stride
 
 logger = logging.getLogger("keras_vit")
 
@@ -36,12 +37,15 @@ class WeightsSource:
 
 def open_source(weights, arch):
     """Resolves `weights` (registry name or path) for a model of architecture
-    `arch` (patch_size, hidden_size, ...; `resnet` for hybrids)."""
+    `arch` (patch_size, hidden_size, ...; for hybrids `resnet`, the normalised
+    spec, and `stride`, the ResNet's downsampling)."""
     from keras_vit.variants import variant_name
 
     weights = os.fspath(weights)
     variant = arch.get("variant") or variant_name(arch)
     if not os.path.exists(weights):
+        if os.sep in weights or weights.endswith((".npz", ".keras", ".h5")):
+            raise FileNotFoundError(f"Weights file not found: {weights}")
         entry = registry.lookup(variant, weights) if variant else None
         if entry is None:
             known = registry.names_for(variant) if variant else []
@@ -104,6 +108,8 @@ def load_weights(model, weights):
             ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")}
     if arch["patch_size"][0] == arch["patch_size"][1]:
         arch["patch_size"] = arch["patch_size"][0]
+    if getattr(model, "resnet", None) is not None:
+        arch.update(resnet=model.resnet, stride=resnet_stride(model.resnet))
     load_source(model, open_source(weights, arch))
     return model
 

@@ -5,7 +5,9 @@ Published files use pre-Linen module names (`MultiHeadDotProductAttention_1`,
 `LayerNorm_2`, `MlpBlock_3`); files written by current Linen code use
 `MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`; some carry an
 `opt/target/` or `params/` prefix. `canonical_names` maps all of them to the
-published names, which are the ones `keras_vit` uses.
+published names, which are the ones `keras_vit` uses. Old hybrid files store
+GroupNorm scale/bias as (1, 1, 1, C); they are read as (C,), as the official
+`checkpoint._fix_groupnorm` does.
 """
 
 import os
@@ -26,6 +28,7 @@ _LINEN_BLOCK_NAMES = {
     "MlpBlock_0": "MlpBlock_3",
 }
 _BLOCK = re.compile(r"^(Transformer/encoderblock_\d+)/([^/]+)(/.*)$")
+_GROUP_NORM = re.compile(r"(^|/)gn(\d+|_root|_proj)/(scale|bias)$")
 
 
 def read_npz(path):
@@ -43,17 +46,16 @@ def read_npz(path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Checkpoint file not found: {path}")
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise CheckpointError(f"{path} is a single .npy array, not an .npz checkpoint.")
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise CheckpointError(f"{path} is a single .npy array, not an .npz checkpoint.")
+        with archive:
             params = {name: archive[name] for name in archive.files}
     except CheckpointError:
         raise
     except (zipfile.BadZipFile, EOFError, zlib.error) as e:
         raise CheckpointError(f"{path} is truncated or corrupt: {e}") from e
     except (ValueError, OSError) as e:
-        raise CheckpointError(f"{path} is not an .npz checkpoint: {e}") from e
-    except AttributeError as e:  # np.load returned something that is no archive
         raise CheckpointError(f"{path} is not an .npz checkpoint: {e}") from e
     if not params:
         raise CheckpointError(f"{path} holds no arrays.")
@@ -65,8 +67,9 @@ def read_npz(path):
 
 
 def canonical_names(params):
-    """Strips `opt/target/` / `params/` prefixes and maps Linen block module names
-    to the published pre-Linen ones. Raises CheckpointError on a name clash."""
+    """Strips `opt/target/` / `params/` prefixes, maps Linen block module names
+    to the published pre-Linen ones and reshapes old (1, 1, 1, C) GroupNorm
+    scale/bias to (C,). Raises CheckpointError on a name clash."""
     out = {}
     linen_blocks = {m.group(1) for name in params
                     if (m := _BLOCK.match(_strip(name))) and
@@ -78,6 +81,8 @@ def canonical_names(params):
             new = m.group(1) + "/" + _LINEN_BLOCK_NAMES.get(m.group(2), m.group(2)) + m.group(3)
         if new in out:
             raise CheckpointError(f"checkpoint key '{name}' duplicates '{new}'.")
+        if _GROUP_NORM.search(new) and value.ndim == 4 and value.shape[:3] == (1, 1, 1):
+            value = value.reshape(value.shape[-1:])
         out[new] = value
     return out
 
