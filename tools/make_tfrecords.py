@@ -138,13 +138,14 @@ def tfds_source(name, data_dir):
   return splits, class_names, multi_label
 
 
-def get_source(source):
+def get_source(source, fashion_mnist_dir="/usr/share/datasets/fashion-mnist",
+               tfds_data_dir=None):
   if source == "fashion_mnist":
-    return fashion_mnist_source(FLAGS.fashion_mnist_dir)
+    return fashion_mnist_source(fashion_mnist_dir)
   if source.startswith("folder:"):
     return folder_source(source[len("folder:"):])
   if source.startswith("tfds:"):
-    return tfds_source(source[len("tfds:"):], FLAGS.tfds_data_dir)
+    return tfds_source(source[len("tfds:"):], tfds_data_dir)
   raise ValueError(f"--source={source!r}: expected fashion_mnist, folder:PATH or tfds:NAME")
 
 
@@ -177,9 +178,19 @@ def write_split(output_dir, split, count, examples, examples_per_shard, progress
 
 
 def make_tfrecords(source, output_dir, examples_per_shard=10000, splits=None,
-                   max_examples=None, progress=True):
-  """Writes the shards and manifest; returns the manifest dict."""
-  split_sources, class_names, multi_label = get_source(source)
+                   max_examples=None, progress=True, **source_kwargs):
+  """Writes the shards and manifest; returns the manifest dict.
+
+  `source` is a name as for --source, or a tuple (splits, class_names, multi_label)
+  with splits {name: (count, iterable of (encoded_bytes_or_uint8_array, labels))}.
+  """
+  if isinstance(source, str):
+    split_sources, class_names, multi_label = get_source(source, **source_kwargs)
+  else:
+    split_sources, class_names, multi_label = source
+    split_sources = {k: (n, ((e if isinstance(e, bytes) else encode_png(e), l) for e, l in it))
+                     for k, (n, it) in split_sources.items()}
+    source = "arrays"
   os.makedirs(output_dir, exist_ok=True)
   manifest = {"source": source, "format": "tf.train.Example",
               "features": {"image/encoded": "bytes (PNG/JPEG)",
@@ -204,7 +215,9 @@ def main(argv):
   if not FLAGS.output_dir:
     raise app.UsageError("--output_dir is required")
   manifest = make_tfrecords(FLAGS.source, FLAGS.output_dir, FLAGS.examples_per_shard,
-                            FLAGS.splits, FLAGS.max_examples, FLAGS.progress)
+                            FLAGS.splits, FLAGS.max_examples, FLAGS.progress,
+                            fashion_mnist_dir=FLAGS.fashion_mnist_dir,
+                            tfds_data_dir=FLAGS.tfds_data_dir)
   counts = ", ".join(f"{k}: {v['count']}" for k, v in manifest["splits"].items())
   print(f"Wrote {FLAGS.output_dir} ({counts}; {manifest['num_classes']} classes)")
 

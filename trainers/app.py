@@ -19,28 +19,24 @@ flags.DEFINE_string("tpu", None, "TPU name or address for TPUClusterResolver; 'l
 flags.DEFINE_integer("cpu_replicas", 1, "Split the CPU into N logical devices (mirrored / "
                      "auto without accelerators).")
 
-# Defaults each trainer brings (DESIGN.md "Recipes"); a config's keys win.
+# Defaults each trainer brings (DESIGN.md "Recipes") for keys a config leaves None.
 DEFAULTS = {
-    "pretrain": dict(optimizer="adamw", beta1=0.9, beta2=0.999, weight_decay=0.1,
-                     decay_type="linear", linear_end=1e-5, grad_clip_norm=1.0,
-                     label_smoothing=0.0, loss="softmax", ema_momentum=0.0),
-    "finetune": dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, decay_type="cosine",
-                     grad_clip_norm=1.0, label_smoothing=0.0, loss="softmax",
-                     ema_momentum=0.0),
+    "pretrain": dict(optimizer="adamw", weight_decay=0.1, decay_type="linear"),
+    "finetune": dict(optimizer="sgd", weight_decay=0.0, decay_type="cosine"),
 }
-COMMON = dict(seed=0, objective="classification", steps_per_execution=1,
-              mixed_precision=False, jit_compile=False, deterministic_ops=False, eval_split="test",
-              train_split="train", model_overrides={}, input={})
 
 
 def resolve_config(config, mode):
-  """The config this trainer runs: trainer defaults < config < config.<mode> section."""
+  """The config this trainer runs: config, then its `<mode>` section, then defaults."""
   import ml_collections  # pylint: disable=g-import-not-at-top
-  values = {**COMMON, **DEFAULTS[mode], **config.to_dict()}
+  values = config.to_dict()
   section = values.pop(mode, None) or {}
   for other in DEFAULTS:
     values.pop(other, None)
   values.update(section)
+  for k, v in DEFAULTS[mode].items():
+    if values.get(k) is None:
+      values[k] = v
   return ml_collections.ConfigDict(values)
 
 

@@ -119,6 +119,23 @@ def get_split(data_dir, split, strict=False, verify_max_bytes=4 << 30):
   return result
 
 
+def first_examples(info, max_examples):
+  """`info` limited to its first `max_examples` records in manifest order
+  (`config.train_examples`, e.g. a small labelled subset); 0/None: all."""
+  if not max_examples:
+    return info
+  if max_examples > info.num_examples:
+    raise DataError(f"config.train_examples={max_examples}: split {info.name!r} has only "
+                    f"{info.num_examples} usable examples")
+  counts, left = [], int(max_examples)
+  for c in info.counts:
+    counts.append(min(c, left))
+    left -= counts[-1]
+  keep = [i for i, c in enumerate(counts) if c]
+  return dataclasses.replace(info, files=[info.files[i] for i in keep],
+                             counts=[counts[i] for i in keep], num_examples=int(max_examples))
+
+
 def get_num_classes(data_dir):
   return int(read_manifest(data_dir)["num_classes"])
 
@@ -191,14 +208,15 @@ def train_dataset(data_dir, *, batch_size, image_size, seed=0, start_step=0,
                   area_range=(0.05, 1.0), flip=True, shuffle_buffer=50_000,
                   shard_by="examples", strict=False, split="train", num_classes=None,
                   multi_label=False, verify_max_bytes=4 << 30, prefetch=True,
-                  batch_fn=None):
+                  batch_fn=None, max_examples=0):
   """Infinite, deterministic stream of (image, label) batches of `batch_size`.
 
   `batch_size` is this pipeline's batch (per replica under
   distribute_datasets_from_function), `global_batch_size` the global one, which with
-  `start_step` fixes how many examples to skip on resume.
+  `start_step` fixes how many examples to skip on resume. `max_examples` > 0
+  uses only the split's first `max_examples` records (`first_examples`).
   """
-  info = get_split(data_dir, split, strict, verify_max_bytes)
+  info = first_examples(get_split(data_dir, split, strict, verify_max_bytes), max_examples)
   num_pipelines = input_context.num_input_pipelines if input_context else 1
   pipeline_id = input_context.input_pipeline_id if input_context else 0
   global_batch_size = global_batch_size or batch_size * num_pipelines

@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainers import input_pipeline
+from trainers import masked_patch  # pylint: disable=unused-import  (registers "masked_patch")
 from trainers import objectives
 from trainers import optimizers
 from trainers import schedules
@@ -285,7 +286,11 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
       augment=input_cfg.get("augment", "inception_crop"),
       area_range=tuple(input_cfg.get("area_range", (0.05, 1.0))),
       flip=input_cfg.get("flip", True), shuffle_buffer=input_cfg.get("shuffle_buffer", 50_000),
-      shard_by=input_cfg.get("shard_by", "examples"), **common)
+      shard_by=input_cfg.get("shard_by", "examples"),
+      max_examples=int(config.get("train_examples") or 0), **common)
+
+  if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    _prebuild_for_multi_worker(model, strategy, data_dir, config, common, input_cfg)
 
   guard = NanGuard(every)
   checkpoint = RunCheckpoint(ckpt_dir, guard)
@@ -348,8 +353,39 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
   return metrics
 
 
+def _prebuild_for_multi_worker(model, strategy, data_dir, config, common, input_cfg):
+  """Works around Keras 3.15 `fit` under MultiWorkerMirroredStrategy: its
+  `_maybe_symbolic_build` calls `strategy.reduce` on the whole (x, y) batch
+  structure, which the collective strategy cannot convert ("Attempt to convert a
+  value (PerReplica...)"). Build loss/metrics/optimizer from one local batch
+  instead and skip that step."""
+  local = input_pipeline.train_dataset(
+      data_dir, batch_size=2, split=config.get("train_split", "train"), shuffle_buffer=1,
+      augment=input_cfg.get("augment", "inception_crop"), prefetch=False, **common)
+  batch = next(iter(local.take(1)))
+  with strategy.scope():
+    model._symbolic_build(data_batch=batch)  # pylint: disable=protected-access
+  model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None  # pylint: disable=protected-access
+  # Same Keras version: `reduce_per_replica` reduces scalar logs with
+  # strategy.reduce(MEAN, v, axis=0) under the collective strategy ("Invalid
+  # reduction dimension 0 for input with 0 dimensions"); reduce them with axis=None.
+  from keras.src.backend.tensorflow import trainer as tf_trainer  # pylint: disable=g-import-not-at-top
+  if not getattr(tf_trainer.reduce_per_replica, "_keras_vit_patched", False):
+    original = tf_trainer.reduce_per_replica
+
+    def reduce_per_replica(values, strategy, reduction):
+      if (reduction in ("auto", "mean") and
+          tf_trainer._collective_all_reduce_multi_worker(strategy)):  # pylint: disable=protected-access
+        return tf.nest.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
+      return original(values, strategy, reduction)
+    reduce_per_replica._keras_vit_patched = True
+    tf_trainer.reduce_per_replica = reduce_per_replica
+
+
 def export(model, model_dir):
-  """RUN/model.weights.h5 (weights only, no optimizer) + RUN/model_config.json."""
+  """RUN/model.weights.h5 (weights only, no optimizer) + RUN/model_config.json.
+  A task model with a `backbone` (e.g. masked patch prediction) exports the backbone."""
+  model = getattr(model, "backbone", model)
   config = model.get_config()
   with tf.device("/cpu:0"):
     clean = model.__class__.from_config(config)

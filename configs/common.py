@@ -1,0 +1,63 @@
+"""Keys every trainer config has (so any of them can be set with --config.KEY=VALUE).
+
+None means "the trainer's default" (trainers/app.py DEFAULTS): pretrain.py uses
+AdamW (0.9, 0.999), weight decay 0.1, linear decay; finetune.py uses SGD momentum
+0.9, no weight decay, cosine decay. Both clip the global gradient norm at 1.0.
+"""
+import ml_collections
+
+
+def base_config(model="ViT_B16"):
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.model = model                # keras_vit builder name, or a dict of VisionTransformer kwargs
+  c.model_overrides = ml_collections.ConfigDict()  # e.g. dropout_rate, representation_size
+  c.image_size = 224
+  c.num_classes = 0              # 0: from the data's manifest.json
+  c.objective = "classification"  # trainers/objectives.py registry
+  c.loss = "softmax"             # or "sigmoid" (multi-label)
+  c.label_smoothing = 0.0
+  c.total_steps = 10_000
+  c.batch_size = 512             # global, split across replicas
+  c.learning_rate = 1e-3
+  c.warmup_steps = 500
+  c.decay_type = None            # linear | cosine | constant
+  c.linear_end = 1e-5
+  c.optimizer = None             # adamw | sgd
+  c.beta1 = 0.9
+  c.beta2 = 0.999
+  c.momentum = 0.9
+  c.weight_decay = None          # coupled to the learning rate (param -= lr * wd * param)
+  c.grad_clip_norm = 1.0         # global norm of the all-reduced gradient
+  c.ema_momentum = 0.0           # > 0: Polyak/EMA weights used for eval and export
+  c.mixed_precision = False      # bfloat16 on TPU/CPU, float16 + loss scaling on GPU
+  c.steps_per_execution = 1
+  c.jit_compile = False
+  c.deterministic_ops = False
+  c.checkpoint_every = 1000
+  c.train_split = "train"
+  c.train_examples = 0           # > 0: only the first N examples of train_split
+  c.eval_split = "test"
+  c.eval_batch_size = 0          # 0: batch_size
+  c.input = ml_collections.ConfigDict(dict(
+      augment="inception_crop",  # inception_crop | random_crop | none
+      area_range=(0.05, 1.0), flip=True, shuffle_buffer=50_000,
+      shard_by="examples",        # examples (exact global batches) | files (huge data)
+      strict=False,               # corrupt data fatal instead of skipped + counted
+      verify_max_bytes=4 << 30))
+  return c
+
+
+def finetune_config(model="ViT_B16"):
+  """The paper's fine-tuning recipe (DESIGN.md "Recipes")."""
+  c = base_config(model)
+  c.optimizer = "sgd"
+  c.weight_decay = 0.0
+  c.decay_type = "cosine"
+  c.batch_size = 512
+  c.warmup_steps = 500
+  c.learning_rate = 0.01         # grid {0.001, 0.003, 0.01, 0.03}
+  c.image_size = 384
+  c.ema_momentum = 0.9999
+  c.model_overrides.representation_size = None
+  return c
