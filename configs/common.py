@@ -1,10 +1,11 @@
 """Keys every trainer config has (so any of them can be set with --config.KEY=VALUE).
 
-None means "the trainer's default" (trainers/app.py DEFAULTS): pretrain.py uses
+Unset (None) placeholders mean "the trainer's default" (trainers/app.py DEFAULTS): pretrain.py uses
 AdamW (0.9, 0.999), weight decay 0.1, linear decay; finetune.py uses SGD momentum
 0.9, no weight decay, cosine decay. Both clip the global gradient norm at 1.0.
 """
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 
 def base_config(model="ViT_B16"):
@@ -21,13 +22,13 @@ def base_config(model="ViT_B16"):
   c.batch_size = 512             # global, split across replicas
   c.learning_rate = 1e-3
   c.warmup_steps = 500
-  c.decay_type = None            # linear | cosine | constant
+  c.decay_type = placeholder(str)           # linear | cosine | constant
   c.linear_end = 1e-5
-  c.optimizer = None             # adamw | sgd
+  c.optimizer = placeholder(str)            # adamw | sgd
   c.beta1 = 0.9
   c.beta2 = 0.999
   c.momentum = 0.9
-  c.weight_decay = None          # coupled to the learning rate (param -= lr * wd * param)
+  c.weight_decay = placeholder(float)         # coupled to the learning rate (param -= lr * wd * param)
   c.grad_clip_norm = 1.0         # global norm of the all-reduced gradient
   c.ema_momentum = 0.0           # > 0: Polyak/EMA weights used for eval and export
   c.mixed_precision = False      # bfloat16 on TPU/CPU, float16 + loss scaling on GPU
@@ -59,5 +60,5 @@ def finetune_config(model="ViT_B16"):
   c.learning_rate = 0.01         # grid {0.001, 0.003, 0.01, 0.03}
   c.image_size = 384
   c.ema_momentum = 0.9999
-  c.model_overrides.representation_size = None
+  c.model_overrides.representation_size = placeholder(int)
   return c

@@ -12,13 +12,13 @@ from configs import common
 
 def get_config():
   config = common.base_config(model=dict(
-      patch_size=4, hidden_size=96, mlp_dim=192, num_heads=3, num_layers=4,
+      patch_size=4, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4,
       classifier="gap", dropout_rate=0.0, attention_dropout_rate=0.0))
   config.image_size = 28
-  config.total_steps = 4000
+  config.total_steps = 2000
   config.batch_size = 128
   config.learning_rate = 2e-3
-  config.warmup_steps = 300
+  config.warmup_steps = 200
   config.decay_type = "cosine"
   config.weight_decay = 0.05
   config.checkpoint_every = 500
