@@ -1,0 +1,47 @@
+"""Times the README demo from scratch and checks its Fashion-MNIST test accuracy.
+
+  python benchmarks/demo_accuracy.py [--target=0.92] [--budget_s=900] [trainer flags]
+
+Trains configs/fashion_mnist.py with --strategy=mirrored --cpu_replicas=2 in a fresh
+run directory (TFRecords are reused), prints accuracy, wall time, images/s and the
+machine load, and writes benchmarks/results/demo_accuracy.json.
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import demo  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def main(argv):
+  args = list(argv)
+  target = float(demo._opt(args, "target", "0.92"))  # pylint: disable=protected-access
+  budget = float(demo._opt(args, "budget_s", "900"))  # pylint: disable=protected-access
+  model_dir = tempfile.mkdtemp(prefix="demo_accuracy_")
+  load_before = os.getloadavg()
+  t0 = time.time()
+  metrics = demo.main([f"--model_dir={model_dir}", *args])
+  wall = time.time() - t0
+  result = {"test_accuracy": metrics["test_accuracy"], "wall_seconds": wall,
+            "train_wall_seconds": metrics["wall_seconds"],
+            "train_images_per_second": metrics["train_images_per_second"],
+            "steps": metrics["step"], "cpu_count": os.cpu_count(),
+            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+            "target": target, "budget_s": budget,
+            "passed": metrics["test_accuracy"] >= target and wall <= budget,
+            "extra_flags": args}
+  os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
+  with open(os.path.join(ROOT, "benchmarks", "results", "demo_accuracy.json"), "w") as f:
+    json.dump(result, f, indent=1)
+  print(json.dumps(result, indent=1))
+  shutil.rmtree(model_dir, ignore_errors=True)
+  return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
