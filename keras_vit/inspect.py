@@ -155,6 +155,13 @@ def mean_attention_distance(attention_weights, grid_size, patch_pixels, num_pref
     return np.stack(result)
 
 
+def uniform_attention_distance(grid_size, patch_pixels):
+    """The mean attention distance of uniform attention over the patches: the
+    mean distance between two cell centres of the grid (a reference line)."""
+    centres = patch_centres(grid_size, patch_pixels)
+    return float(np.linalg.norm(centres[:, None] - centres[None], axis=-1).mean())
+
+
 def grid_cell_pixels(model):
     """(height, width) in pixels that one token of the grid covers."""
     grid = model.get_layer("Transformer").grid_size
@@ -226,14 +233,17 @@ def principal_components(samples, num_components):
     return vt[:k], explained
 
 
-def embedding_filter_components(model, num_components=28):
+def embedding_filter_components(model, num_components=28, grayscale=False):
     """Top principal components of the patch-embedding filters as images.
 
     The D filters of the patch embedding kernel (P, P, 3, D) are the samples.
+    With `grayscale=True` each filter is first summed over its colour channels:
+    what a model trained on grey images (R = G = B) actually uses, since the
+    rest of the kernel never receives a gradient.
 
     Returns:
-        components (k, P, P, 3) (orthonormal when flattened) and the explained
-        variance fractions (k,).
+        components (k, P, P, 3), or (k, P, P, 1) with `grayscale` (orthonormal
+        when flattened), and the explained variance fractions (k,).
     Raises:
         NotMeaningfulError: for hybrids, whose patch embedding projects ResNet
             feature maps (1x1xC), not RGB pixels.
@@ -247,6 +257,8 @@ def embedding_filter_components(model, num_components=28):
         raise NotMeaningfulError(
             f"embedding filters: the patch embedding kernel has shape {kernel.shape}, "
             "not (P, P, 3, D) on RGB pixels; its filters are not RGB patches.")
-    filters = kernel.reshape(-1, kernel.shape[-1]).T  # (D, P*P*3)
+    if grayscale:
+        kernel = kernel.sum(axis=2, keepdims=True)
+    filters = kernel.reshape(-1, kernel.shape[-1]).T  # (D, P*P*channels)
     components, explained = principal_components(filters, num_components)
     return components.reshape(-1, *kernel.shape[:3]), explained

@@ -129,6 +129,7 @@ def test_attention_to_self_has_distance_zero():
 
 def test_uniform_attention_gives_the_grids_mean_pairwise_distance():
     expected = brute_force_mean_distance(GRID, CELL)
+    assert vit_inspect.uniform_attention_distance(GRID, CELL) == pytest.approx(expected)
     for prefix in (0, 1):
         tokens = prefix + GRID[0] * GRID[1]
         distance = vit_inspect.mean_attention_distance(
@@ -206,6 +207,12 @@ def test_embedding_filter_components_of_a_model():
     assert components.shape == (6, 4, 4, 3)
     flat = components.reshape(6, -1)
     np.testing.assert_allclose(flat @ flat.T, np.eye(6), atol=1e-10)
+    # Grey: the filters summed over colour channels (what R = G = B inputs see).
+    grey, _ = vit_inspect.embedding_filter_components(model, num_components=4, grayscale=True)
+    assert grey.shape == (4, 4, 4, 1)
+    kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").kernel).sum(axis=2)
+    expected, _ = vit_inspect.principal_components(kernel.reshape(16, 16).T, 4)
+    np.testing.assert_allclose(np.abs(grey.reshape(4, 16) @ expected.T), np.eye(4), atol=1e-8)
     # At most D=16 filters: asking for more gives 16 components.
     components, _ = vit_inspect.embedding_filter_components(model, num_components=40)
     assert len(components) == 16

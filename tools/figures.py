@@ -50,8 +50,9 @@ def attention_overlays(images, maps, path, titles=None):
   return _save(fig, path)
 
 
-def attention_distance(distance, path, image_size=None):
-  """Fig. 7 right: mean attention distance (pixels) of each head against depth."""
+def attention_distance(distance, path, image_size=None, uniform=None):
+  """Fig. 7 right: mean attention distance (pixels) of each head against depth;
+  `uniform`, if given, is drawn as the distance of uniform attention."""
   distance = np.asarray(distance)
   layers, heads = distance.shape
   fig, ax = plt.subplots(figsize=(4.5, 3.5))
@@ -61,6 +62,9 @@ def attention_distance(distance, path, image_size=None):
   ax.set_xlabel("network depth (layer)")
   ax.set_ylabel("mean attention distance (pixels)")
   ax.set_xticks(range(1, layers + 1))
+  if uniform is not None:
+    ax.axhline(uniform, color="grey", linestyle="--", linewidth=1, label="uniform attention")
+    ax.legend(fontsize=8, loc="lower right")
   if image_size is not None:
     ax.set_ylim(0, math.hypot(*image_size) / 2)
     ax.set_title(f"{heads} heads, {image_size[0]}x{image_size[1]} px input", fontsize=9)
@@ -91,7 +95,8 @@ def position_similarity(similarity, path):
 
 def embedding_filters(components, path, explained=None, columns=7):
   """Fig. 7 left: principal components of the patch-embedding filters, each
-  min-max scaled to [0, 1] and shown as an RGB patch."""
+  min-max scaled to [0, 1] and shown as an RGB patch ((k, P, P, 3)), or grey
+  ((k, P, P, 1), filters summed over the colour channels)."""
   components = np.asarray(components)
   count = len(components)
   rows = -(-count // columns)
@@ -102,7 +107,10 @@ def embedding_filters(components, path, explained=None, columns=7):
     low, high = component.min(), component.max()
     tile = (component - low) / (high - low) if high > low else np.zeros_like(component)
     ax = axes.ravel()[i]
-    ax.imshow(tile, interpolation="nearest")
+    if tile.shape[-1] == 1:  # summed over colour channels
+      ax.imshow(tile[..., 0], cmap="gray", interpolation="nearest")
+    else:
+      ax.imshow(tile, interpolation="nearest")
     if explained is not None:
       ax.set_title(f"{100 * explained[i]:.1f}%", fontsize=7)
   fig.suptitle("principal components of the patch-embedding filters", fontsize=9)

@@ -33,6 +33,8 @@ flags.DEFINE_integer("num_images", 6, "Images shown in the rollout figure.")
 flags.DEFINE_integer("distance_images", 128,
                      "Images the mean attention distance is averaged over.")
 flags.DEFINE_integer("num_components", 28, "Principal components of the filters shown.")
+flags.DEFINE_bool("grayscale_filters", False, "Sum the filters over the colour channels "
+                  "first (models trained on grey images, where R = G = B).")
 flags.DEFINE_string("output_dir", None, "Where the PNG files go.")
 flags.DEFINE_integer("batch_size", 32, "Batch size for the attention model.")
 
@@ -40,7 +42,7 @@ FLAGS = flags.FLAGS
 
 
 def write_figures(model, images, labels, output_dir, num_images, num_components,
-                  batch_size=32):
+                  batch_size=32, grayscale_filters=False):
   """Writes the four figures; returns {figure name: path or reason skipped} and
   the numbers behind them."""
   from keras_vit import inspect as vit_inspect  # pylint: disable=g-import-not-at-top
@@ -56,13 +58,18 @@ def write_figures(model, images, labels, output_dir, num_images, num_components,
   distance = vit_inspect.attention_distance(model, images, batch_size=batch_size)
   numbers["mean_attention_distance_px"] = distance.round(3).tolist()
   numbers["distance_images"] = len(images)
+  encoder = model.get_layer("Transformer")
+  uniform = vit_inspect.uniform_attention_distance(encoder.grid_size,
+                                                   vit_inspect.grid_cell_pixels(model))
+  numbers["uniform_attention_distance_px"] = round(uniform, 3)
   written["attention_distance"] = figures.attention_distance(
-      distance, out("attention_distance.png"), model.image_size)
+      distance, out("attention_distance.png"), model.image_size, uniform)
   written["position_embedding_similarity"] = figures.position_similarity(
       vit_inspect.position_embedding_similarity(model),
       out("position_embedding_similarity.png"))
   try:
-    components, explained = vit_inspect.embedding_filter_components(model, num_components)
+    components, explained = vit_inspect.embedding_filter_components(
+        model, num_components, grayscale=grayscale_filters)
   except vit_inspect.NotMeaningfulError as e:
     written["embedding_filters"] = f"skipped: {e}"
   else:
@@ -86,7 +93,7 @@ def main(argv):
   except (ValueError, FileNotFoundError) as e:
     raise app.UsageError(str(e))
   written, _ = write_figures(model, images, labels, FLAGS.output_dir, FLAGS.num_images,
-                             FLAGS.num_components, FLAGS.batch_size)
+                             FLAGS.num_components, FLAGS.batch_size, FLAGS.grayscale_filters)
   for name, result in written.items():
     logging.info("%s: %s", name, result)
     print(f"{name}: {result}")
