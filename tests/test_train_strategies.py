@@ -79,3 +79,22 @@ def test_multi_worker_two_processes_matches_default(data, reference, tmp_path):
   with open(tmp_path / "metrics.json") as f:
     assert json.load(f)["strategy"] in ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy")
   _assert_same_training(str(tmp_path), reference)
+
+
+def test_finetune_from_pretrain_run_dir(data, reference, tmp_path):
+  """--init=RUN: new resolution (interpolated position embeddings), EMA weights exported."""
+  r = testing.run(testing.trainer_cmd(
+      "finetune", data, str(tmp_path), f"--init={reference}", "--strategy=default",
+      "--config.image_size=35", "--config.finetune.total_steps=2",
+      "--config.finetune.checkpoint_every=1", "--config.finetune.warmup_steps=1",
+      "--config.finetune.ema_momentum=0.5"))
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "Resizing position embeddings from a 4x4 grid to 5x5" in r.stderr
+  with open(tmp_path / "metrics.json") as f:
+    metrics = json.load(f)
+  assert metrics["mode"] == "finetune" and metrics["step"] == 2
+  with open(tmp_path / "model_config.json") as f:
+    assert list(json.load(f)["image_size"]) == [35, 35]
+  with open(tmp_path / "config.json") as f:
+    config = json.load(f)
+  assert config["optimizer"] == "sgd" and config["ema_momentum"] == 0.5

@@ -195,6 +195,24 @@ def model_factory(config, init=None):
   return make_model, weights
 
 
+def load_init(model, init, weights):
+  """Loads --init into `model`: a RUN directory via its own model (rebuilt from
+  model_config.json) and keras_vit's official-name transfer, which re-initialises a
+  head of another width and interpolates position embeddings; anything else
+  (registry name, .npz, .keras, .weights.h5) through keras_vit.load_weights."""
+  import keras_vit  # pylint: disable=g-import-not-at-top
+  from keras_vit import checkpoint  # pylint: disable=g-import-not-at-top
+  run_config, _ = _run_model_config(init)
+  if run_config is None:
+    keras_vit.load_weights(model, weights)
+    return
+  with tf.device("/cpu:0"):
+    source = keras_vit.build_model(run_config)
+    source.load_weights(weights)
+  checkpoint.assign_params(model, checkpoint.model_params(source), origin=weights,
+                           grid_size=tuple(source.grid_size))
+
+
 # --- the run ----------------------------------------------------------------------
 
 def _checkpoint_interval(total_steps, checkpoint_every, steps_per_execution):
@@ -266,9 +284,8 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
   with strategy.scope():
     model = objective.build_model(make_model, config, num_classes)
     if init_weights and not start_step:
-      import keras_vit  # pylint: disable=g-import-not-at-top
-      log.info("initialising from %s", init_weights)
-      keras_vit.load_weights(model, init_weights)
+      log.info("initialising from %s", init)
+      load_init(model, init, init_weights)
     lr = schedules.WarmupDecay(config.learning_rate, total_steps, config.warmup_steps,
                                config.get("decay_type", "cosine"),
                                config.get("linear_end", 1e-5))
