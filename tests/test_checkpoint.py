@@ -1,5 +1,6 @@
 """Checkpoint files: layouts, registry downloads (from a local cache), bad inputs."""
 
+import json
 import os
 import zipfile
 
@@ -162,6 +163,23 @@ def test_weights_h5(tmp_path, ckpt, rng):
     np.testing.assert_array_equal(again.predict(x, verbose=0), model.predict(x, verbose=0))
     with pytest.raises(CheckpointError, match="model.weights.h5"):
         build(image_size=32, num_classes=3, hidden_size=32, weights=path)
+
+
+def test_run_directory_and_weights_h5_with_config(tmp_path, ckpt, rng):
+    """A trainers/ run dir (model_config.json + model.weights.h5) can go to another
+    head and resolution, like an npz."""
+    model = build(weights=ckpt[0])
+    run = tmp_path / "run"
+    run.mkdir()
+    model.save_weights(str(run / "model.weights.h5"))
+    (run / "model_config.json").write_text(json.dumps(model.get_config()))
+    x = rng.uniform(-1, 1, (2, 48, 48, 3)).astype("float32")
+    for weights in (run, run / "model.weights.h5"):
+        features = build(image_size=48, include_top=False, weights=str(weights))
+        np.testing.assert_allclose(
+            features.predict(x, verbose=0),
+            vit_forward(ckpt[1], x, num_layers=2, include_head=False), atol=1e-5)
+    assert not np.any(build(num_classes=7, weights=str(run)).predict(x[:, :32, :32], verbose=0))
 
 
 def test_registry_name_downloads_through_keras_cache(tmp_path, monkeypatch, rng):

@@ -5,6 +5,7 @@ Never a partial load: everything is checked before any variable is assigned.
 """
 
 import dataclasses
+import json
 import logging
 import os
 
@@ -56,8 +57,8 @@ def open_source(weights, arch):
         path = registry.fetch(entry)
         params = npz.read_npz(path)
         return WeightsSource(path, params, entry.metadata())
-    if weights.endswith(".weights.h5"):
-        return WeightsSource(weights, h5_path=weights)
+    if os.path.isdir(weights) or weights.endswith(".weights.h5"):
+        return _h5_source(weights)
     if weights.endswith(".keras"):
         return _keras_source(weights)
     params = npz.read_npz(weights)
@@ -86,21 +87,56 @@ def _keras_source(path):
         model = keras.saving.load_model(path, compile=False, safe_mode=True)
     except Exception as e:  # Keras raises many types for unreadable archives
         raise CheckpointError(f"{path} could not be read as a .keras model: {e}") from e
+    return _model_source(model, path)
+
+
+def _h5_source(path):
+    """A `.weights.h5` file, or a directory holding `model.weights.h5`.
+
+    With the model's config beside it (`model_config.json`, as trainers/ run
+    directories have, or `<stem>.config.json`, as tools/convert_checkpoint.py
+    writes), the source model is rebuilt so that the weights can go to another
+    head or resolution; without one, Keras loads the file into a model of the
+    same architecture.
+    """
+    weights = os.path.join(path, "model.weights.h5") if os.path.isdir(path) else path
+    folder = os.path.dirname(weights)
+    configs = [weights[: -len(".weights.h5")] + ".config.json",
+               os.path.join(folder, "model_config.json")]
+    config = next((c for c in configs if os.path.isfile(c)), None)
+    if not os.path.isfile(weights):
+        raise FileNotFoundError(f"Weights file not found: {weights}")
+    if config is None:
+        return WeightsSource(weights, h5_path=weights)
+    from keras_vit.vision_transformer import VisionTransformer
+
+    try:
+        with open(config, encoding="utf-8") as f:
+            model = VisionTransformer.from_config(json.load(f))
+        model.load_weights(weights)
+    except Exception as e:  # Keras raises ValueError/KeyError/OSError here
+        raise CheckpointError(f"{weights} (with {config}): {e}") from e
+    return _model_source(model, weights)
+
+
+def _model_source(model, origin):
+    """The weights of a loaded keras_vit model, and what they imply."""
     try:
         params = layout.model_params(model)
     except (ValueError, AttributeError) as e:
-        raise CheckpointError(f"{path} does not hold a keras_vit model: {e}") from e
+        raise CheckpointError(f"{origin} does not hold a keras_vit model: {e}") from e
     config = model.get_config()
     meta = {key: config.get(key) for key in
             ("image_size", "num_classes", "representation_size", "classifier")}
     meta["grid_size"] = tuple(model.grid_size)
     if not config.get("include_top", True):
         meta.pop("num_classes")
-    return WeightsSource(path, params, meta)
+    return WeightsSource(origin, params, meta)
 
 
 def load_weights(model, weights):
-    """Loads `weights` (registry name, `.npz`, `.keras` or `.weights.h5` path) into
+    """Loads `weights` (registry name, `.npz`, `.keras` or `.weights.h5` path, or a
+    trainers/ run directory) into
     `model`, resizing position embeddings and replacing a head of another width
     by a fresh zero-initialised one. Returns the model."""
     config = model.get_config()
