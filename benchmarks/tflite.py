@@ -1,0 +1,149 @@
+r"""TFLite variants of a Fashion-MNIST ViT against the Keras model: size, top-1
+agreement, max |delta probability|, accuracy and latency (1 and 2 threads).
+
+  python benchmarks/tflite.py [--run_dir=RUN] [--work_dir=/tmp/vit_tflite_bench] \
+      [--num_eval_images=1000] [--train_steps=300]
+
+With --run_dir (a trainers/ run, e.g. from `make demo`) that model is used;
+otherwise the configs/fashion_mnist.py architecture is trained here with
+model.fit on the Fashion-MNIST IDX files for --train_steps (a few CPU minutes).
+int8 is calibrated on TFRecords of the first --num_calibration_images training
+images (tools/make_tfrecords.py); the comparison uses the first
+--num_eval_images test images. Writes WORK_DIR/summary.json and prints a table
+with the issue's targets. A measurement, not a test: nothing here fails a build.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ["KERAS_BACKEND"] = "tensorflow"
+
+from absl import app  # pylint: disable=wrong-import-position
+from absl import flags  # pylint: disable=wrong-import-position
+import keras  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+
+from configs import fashion_mnist  # pylint: disable=wrong-import-position
+from deploy import datasets, report, serving, sources, tflite  # pylint: disable=wrong-import-position
+import keras_vit  # pylint: disable=wrong-import-position
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("run_dir", None, "A trained trainers/ run directory to measure.")
+flags.DEFINE_string("work_dir", "/tmp/vit_tflite_bench", "Where models and reports go.")
+flags.DEFINE_integer("train_steps", 300, "model.fit steps (batch 128) without --run_dir.")
+flags.DEFINE_integer("num_eval_images", 1000, "Fashion-MNIST test images compared.")
+flags.DEFINE_integer("num_calibration_images", 500, "Training images calibrating int8.")
+flags.DEFINE_integer("latency_repeats", 500, "Timed invokes per variant and thread count.")
+flags.DEFINE_string("fashion_mnist_dir", datasets.FASHION_MNIST_DIR, "IDX files.")
+
+FASHION_MNIST_CLASSES = 10
+BATCH_SIZE = 128
+# The issue's targets: (min top-1 agreement, size as a fraction of float32).
+TARGETS = {"float16": (0.995, 0.5), "dynamic_int8": (0.99, 0.25), "int8": (0.98, None)}
+
+
+def train_model(run_dir):
+    """Trains the demo architecture briefly and saves it as a trainers/ run."""
+    config = fashion_mnist.get_config()
+    model = keras_vit.VisionTransformer(image_size=config.image_size,
+                                        num_classes=config.num_classes or FASHION_MNIST_CLASSES,
+                                        **config.model)
+    images = datasets.read_idx(os.path.join(FLAGS.fashion_mnist_dir,
+                                            "train-images-idx3-ubyte.gz"))
+    labels = datasets.read_idx(os.path.join(FLAGS.fashion_mnist_dir,
+                                            "train-labels-idx1-ubyte.gz"))
+    count = min(len(images), FLAGS.train_steps * BATCH_SIZE)
+    images, labels = images[:count], labels[:count]
+    pixels = np.repeat(images[..., None], 3, axis=-1).astype(np.float32) / 127.5 - 1.0
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3, weight_decay=0.05),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    start = time.time()
+    model.fit(pixels, labels.astype(np.int64), batch_size=BATCH_SIZE, epochs=1, verbose=2)
+    os.makedirs(run_dir, exist_ok=True)
+    model.save_weights(os.path.join(run_dir, sources.RUN_WEIGHTS))
+    with open(os.path.join(run_dir, sources.RUN_CONFIG), "w", encoding="utf-8") as f:
+        json.dump(model.get_config(), f)
+    return {"trained_here": True, "steps": count // BATCH_SIZE, "batch_size": BATCH_SIZE,
+            "train_seconds": round(time.time() - start, 1)}
+
+
+def main(argv):
+    del argv
+    os.makedirs(FLAGS.work_dir, exist_ok=True)
+    run_dir = FLAGS.run_dir or os.path.join(FLAGS.work_dir, "run")
+    training = {"run_dir": run_dir}
+    if not FLAGS.run_dir:
+        training.update(train_model(run_dir))
+    model = sources.load_run_dir(run_dir)
+    data_dir = os.path.join(FLAGS.work_dir, "tfrecords")
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_tfrecords.py"),
+                    f"--output_dir={data_dir}", "--splits=train", "--progress=false",
+                    f"--fashion_mnist_dir={FLAGS.fashion_mnist_dir}",
+                    f"--max_examples={FLAGS.num_calibration_images}"], check=True)
+    size = tuple(model.image_size)
+    calibration, _ = datasets.tfrecord_images(os.path.join(data_dir, "train-*"), size,
+                                              FLAGS.num_calibration_images)
+    pixels, labels = datasets.fashion_mnist_test(size, FLAGS.num_eval_images,
+                                                 FLAGS.fashion_mnist_dir)
+    saved_model = os.path.join(FLAGS.work_dir, "saved_model")
+    serving.export_saved_model(model, saved_model)
+    reference = report.keras_reference(model)
+    results = {}
+    for quantization in tflite.QUANTIZATIONS:
+        content = tflite.convert_saved_model(saved_model, quantization,
+                                             calibration if quantization == "int8" else None)
+        with open(os.path.join(FLAGS.work_dir, f"vit_{quantization}.tflite"), "wb") as f:
+            f.write(content)
+        results[quantization] = report.build_report(
+            content, quantization, reference, pixels, labels,
+            latency_repeats=FLAGS.latency_repeats)
+    summary = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
+               "training": training, "model": model.get_config(), "variants": results,
+               "targets": check_targets(results)}
+    with open(os.path.join(FLAGS.work_dir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    print_table(results, summary["targets"])
+
+
+def check_targets(results):
+    """Each target of the issue with the figure reached and whether it is met."""
+    base = results["none"]
+    checks = {}
+    for name, (agreement, size_ratio) in TARGETS.items():
+        result = results[name]
+        ratio = result["file_size_bytes"] / base["file_size_bytes"]
+        checks[name] = {"top1_agreement": result["top1_agreement"],
+                        "agreement_target": agreement,
+                        "agreement_met": result["top1_agreement"] >= agreement,
+                        "size_ratio_vs_float32": round(ratio, 3)}
+        if size_ratio is not None:
+            checks[name]["size_ratio_target"] = size_ratio
+    speedup = (base["latency_per_image"]["1_threads"]["median_ms"]
+               / results["int8"]["latency_per_image"]["1_threads"]["median_ms"])
+    checks["int8"]["speedup_vs_float32_1_thread"] = round(speedup, 2)
+    checks["int8"]["faster_than_float32"] = speedup > 1.0
+    return checks
+
+
+def print_table(results, targets):
+    print("| variant | size (KiB) | vs float32 | top-1 agreement | max abs dprob | "
+          "accuracy | ms/image 1 thread | ms/image 2 threads |")
+    print("|---|---|---|---|---|---|---|---|")
+    base = results["none"]["file_size_bytes"]
+    for name, result in results.items():
+        latency = result["latency_per_image"]
+        print(f"| {name} | {result['file_size_bytes'] / 1024:.1f} | "
+              f"{result['file_size_bytes'] / base:.3f} | {result['top1_agreement']:.4f} | "
+              f"{result['max_abs_delta_probability']:.2e} | {result['tflite_accuracy']:.4f} | "
+              f"{latency['1_threads']['median_ms']:.3f} | {latency['2_threads']['median_ms']:.3f} |")
+    print(f"Keras model accuracy on these images: {results['none']['reference_accuracy']:.4f}")
+    print(json.dumps(targets, indent=1))
+
+
+if __name__ == "__main__":
+    app.run(main)

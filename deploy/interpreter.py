@@ -1,0 +1,78 @@
+"""Running a converted classifier with the TFLite interpreter: ai_edge_litert's
+where it is installed (tf.lite.Interpreter is deprecated in its favour), else
+TensorFlow's."""
+
+import time
+
+import numpy as np
+
+try:
+    from ai_edge_litert.interpreter import Interpreter as _Interpreter
+    INTERPRETER = "ai_edge_litert"
+except ImportError:  # TensorFlow's copy, same API
+    import tensorflow as tf
+    _Interpreter = tf.lite.Interpreter
+    INTERPRETER = "tf.lite"
+
+
+class TFLiteClassifier:
+    """A converted classifier (tflite.convert_*): one image per invoke.
+
+    Args:
+        content: the .tflite file's bytes.
+        num_threads: interpreter threads (None: the runtime's default).
+    """
+
+    def __init__(self, content, num_threads=None):
+        self.interpreter = _Interpreter(model_content=bytes(content), num_threads=num_threads)
+        self.interpreter.allocate_tensors()
+        self.input = self.interpreter.get_input_details()[0]
+        self.output = self.interpreter.get_output_details()[0]
+        self.image_size = tuple(int(s) for s in self.input["shape"][1:3])
+
+    def _set_input(self, pixels):
+        """pixels: (1, H, W, 3) in [0, 255] -> the input tensor, quantised when
+        the file takes integers (int8 files take uint8 pixels)."""
+        dtype = self.input["dtype"]
+        scale, zero_point = self.input["quantization"]
+        if np.issubdtype(dtype, np.integer):
+            values = np.asarray(pixels, np.float32)
+            if scale:
+                values = np.round(values / scale + zero_point)
+            info = np.iinfo(dtype)
+            pixels = np.clip(values, info.min, info.max)
+        self.interpreter.set_tensor(self.input["index"], np.asarray(pixels, dtype))
+
+    def _get_output(self):
+        values = self.interpreter.get_tensor(self.output["index"])
+        scale, zero_point = self.output["quantization"]
+        if np.issubdtype(values.dtype, np.integer) and scale:
+            return (values.astype(np.float32) - zero_point) * scale
+        return values.astype(np.float32)
+
+    def predict(self, pixels):
+        """pixels: uint8 (N, H, W, 3) -> probabilities (N, K) float32."""
+        pixels = np.asarray(pixels)
+        if pixels.ndim != 4 or tuple(pixels.shape[1:]) != (*self.image_size, 3):
+            raise ValueError(f"pixels must be (N, {self.image_size[0]}, {self.image_size[1]}"
+                             f", 3) for this file, got {pixels.shape}.")
+        rows = []
+        for image in pixels:
+            self._set_input(image[None])
+            self.interpreter.invoke()
+            rows.append(self._get_output()[0])
+        return np.stack(rows)
+
+    def latency_ms(self, pixels, repeats=200, warmup=20):
+        """Median and mean milliseconds per invoke (batch 1) over `repeats`
+        invokes cycling through `pixels` (N, H, W, 3), after `warmup`."""
+        times = []
+        for i in range(warmup + repeats):
+            self._set_input(pixels[i % len(pixels)][None])
+            start = time.perf_counter()
+            self.interpreter.invoke()
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+        times = np.asarray(times) * 1e3
+        return {"median_ms": float(np.median(times)), "mean_ms": float(times.mean()),
+                "repeats": int(repeats)}

@@ -1,0 +1,146 @@
+"""TFLite conversion of an exported classifier, with builtin ops only.
+
+The .tflite file is the SavedModel's `predict_images_float32` signature reduced
+to its probabilities: input `images` (1, H, W, 3) pixels in [0, 255] (float32;
+uint8 for full-integer int8 files), output `probabilities` (1, K). Scaling to
+[-1, 1] happens inside the file, as in the SavedModel.
+
+Quantisations: 'none' (float32), 'float16' (float16 weights), 'dynamic_int8'
+(int8 weights, dynamic-range activations), 'int8' (full integer: int8 weights
+and activations calibrated on representative images, builtin int8 kernels only).
+"""
+
+import collections
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from deploy import serving
+
+QUANTIZATIONS = ("none", "float16", "dynamic_int8", "int8")
+
+try:
+    from ai_edge_litert import schema_py_generated as _schema
+except ImportError:  # TensorFlow ships the same generated schema
+    from tensorflow.lite.python import schema_py_generated as _schema
+
+_BUILTIN_NAMES = {code: name for name, code in vars(_schema.BuiltinOperator).items()
+                  if not name.startswith("_")}
+
+
+class ConversionError(RuntimeError):
+    """The model cannot be converted as asked, or the result is not builtin-only."""
+
+
+def _probabilities_function(loaded):
+    """A concrete function (1, H, W, 3) float32 pixels -> {'probabilities'} that
+    calls the loaded SavedModel's predict_images_float32 signature."""
+    height, width = serving.image_size_of(loaded)
+    signature = loaded.signatures[serving.PREDICT_IMAGES_FLOAT32]
+
+    @tf.function(input_signature=[tf.TensorSpec([1, height, width, 3], tf.float32, "images")])
+    def probabilities(images):
+        return {"probabilities": signature(images=images)["probabilities"]}
+
+    return probabilities.get_concrete_function()
+
+
+def _configure(converter, quantization, representative_pixels):
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantization == "none":
+        return
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantization == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantization == "int8":
+        if representative_pixels is None or not len(representative_pixels):
+            raise ConversionError("--quantization=int8 needs representative images "
+                                  "(--representative_data=TFRECORD_GLOB) to calibrate.")
+        pixels = np.asarray(representative_pixels, np.float32)
+
+        def representative_dataset():
+            for image in pixels:
+                yield [image[None]]
+
+        converter.representative_dataset = representative_dataset
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.uint8
+
+
+def convert_saved_model(saved_model_dir, quantization="none", representative_pixels=None):
+    """Converts an exported SavedModel (serving.export_saved_model) to TFLite.
+
+    Args:
+        saved_model_dir: the SavedModel directory.
+        quantization: one of QUANTIZATIONS.
+        representative_pixels: for 'int8', (N, H, W, 3) pixels in [0, 255] at
+            the model's size.
+    Returns:
+        the .tflite file's bytes; raises ConversionError if it holds a
+        non-builtin (Flex or custom) op.
+    """
+    if quantization not in QUANTIZATIONS:
+        raise ConversionError(f"quantization={quantization!r}: expected one of "
+                              f"{', '.join(QUANTIZATIONS)}.")
+    loaded = tf.saved_model.load(saved_model_dir)
+    function = _probabilities_function(loaded)
+    if representative_pixels is not None:
+        expected = (*function.inputs[0].shape[1:3], 3)
+        shape = tuple(np.shape(representative_pixels))
+        if len(shape) != 4 or shape[1:] != tuple(expected):
+            raise ConversionError(f"representative images have shape {shape}; the model "
+                                  f"takes (N, {expected[0]}, {expected[1]}, 3).")
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], loaded)
+    _configure(converter, quantization, representative_pixels)
+    content = converter.convert()
+    assert_builtin_only(content)
+    return content
+
+
+def convert_keras_model(model, quantization="none", representative_pixels=None):
+    """Exports `model` as the serving SavedModel (in a temporary directory) and
+    converts that: the .tflite file computes what the SavedModel serves."""
+    with tempfile.TemporaryDirectory(prefix="keras_vit_export_") as directory:
+        serving.export_saved_model(model, directory)
+        return convert_saved_model(directory, quantization, representative_pixels)
+
+
+def operator_counts(content):
+    """{operator name: count} over all subgraphs of a .tflite file; custom ops
+    appear as 'CUSTOM:<code>' (Flex ops as 'CUSTOM:Flex<Op>')."""
+    model = _schema.Model.GetRootAs(bytearray(content), 0)
+    names = []
+    for i in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(i)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        if builtin == _schema.BuiltinOperator.CUSTOM:
+            names.append("CUSTOM:" + (code.CustomCode() or b"?").decode())
+        else:
+            names.append(_BUILTIN_NAMES.get(builtin, f"UNKNOWN_{builtin}"))
+    counts = collections.Counter()
+    for s in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(s)
+        for o in range(subgraph.OperatorsLength()):
+            counts[names[subgraph.Operators(o).OpcodeIndex()]] += 1
+    return dict(sorted(counts.items()))
+
+
+def constant_bytes(content):
+    """Bytes of constant data (weights, quantisation tables, shape constants)
+    in a .tflite file: the part that quantisation shrinks."""
+    model = _schema.Model.GetRootAs(bytearray(content), 0)
+    return sum(model.Buffers(i).DataLength() for i in range(model.BuffersLength()))
+
+
+def non_builtin_ops(counts):
+    """The names in `operator_counts(...)` that are not TFLite builtins."""
+    return [name for name in counts if name.startswith(("CUSTOM:", "UNKNOWN_"))]
+
+
+def assert_builtin_only(content):
+    """Raises ConversionError naming any op that is not a TFLite builtin."""
+    foreign = non_builtin_ops(operator_counts(content))
+    if foreign:
+        raise ConversionError(f"the converted model needs non-builtin ops: {', '.join(foreign)}"
+                              " (Flex/SELECT_TF_OPS are not allowed).")

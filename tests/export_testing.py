@@ -1,0 +1,104 @@
+"""Shared pieces of tests/test_export_*.py: a tiny classifier with fixed random
+weights, a trainers/-style run directory, real Fashion-MNIST pixels and
+TFRecords in the trainer's format."""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import keras_vit
+from deploy import datasets, sources
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGE_SIZE = 28
+NUM_CLASSES = 10
+CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+               "Sneaker", "Bag", "Ankle boot"]
+
+
+@functools.lru_cache(maxsize=None)
+def _trained_weights(seed, steps, batch_size):
+    keras.utils.set_random_seed(seed)
+    model = _architecture()
+    images, labels = (datasets.read_idx(os.path.join(datasets.FASHION_MNIST_DIR, name))
+                      [:steps * batch_size] for name in ("train-images-idx3-ubyte.gz",
+                                                         "train-labels-idx1-ubyte.gz"))
+    pixels = np.repeat(images[..., None], 3, axis=-1).astype(np.float32) / 127.5 - 1.0
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(pixels, labels.astype(np.int64), batch_size=batch_size, epochs=1,
+              shuffle=False, verbose=0)
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+def _architecture():
+    return keras_vit.VisionTransformer(
+        image_size=IMAGE_SIZE, patch_size=7, hidden_size=64, mlp_dim=128, num_heads=2,
+        num_layers=2, num_classes=NUM_CLASSES, classifier="gap", name="tiny_vit")
+
+
+def tiny_classifier(seed=0, steps=150, batch_size=128):
+    """A 2-block 'gap' ViT on 28x28 images (16 patches of 7x7), trained for
+    `steps` Adam steps on the first Fashion-MNIST training images (deterministic;
+    trained once per process): a small model like the ones users deploy, with
+    confident, image-dependent predictions."""
+    model = _architecture()
+    model.set_weights(_trained_weights(seed, steps, batch_size))
+    return model
+
+
+def write_run_dir(model, run_dir):
+    """What trainers/train_lib.export writes: model.weights.h5 + model_config.json."""
+    os.makedirs(run_dir, exist_ok=True)
+    model.save_weights(os.path.join(run_dir, sources.RUN_WEIGHTS))
+    with open(os.path.join(run_dir, sources.RUN_CONFIG), "w", encoding="utf-8") as f:
+        json.dump(model.get_config(), f)
+    return run_dir
+
+
+def fashion_mnist(count):
+    """The first `count` Fashion-MNIST test images as uint8 (N, 28, 28, 3), labels."""
+    return datasets.fashion_mnist_test((IMAGE_SIZE, IMAGE_SIZE), count)
+
+
+def keras_probabilities(model, pixels):
+    """The Keras model's softmax on uint8/float pixels in [0, 255]."""
+    logits = model.predict(np.asarray(pixels, np.float32) / 127.5 - 1.0, verbose=0)
+    return tf.nn.softmax(logits, axis=-1).numpy()
+
+
+def example(encoded, labels):
+    """A serialized tf.train.Example in tools/make_tfrecords.py's format."""
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
+        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
+    })).SerializeToString()
+
+
+def write_tfrecord(path, images, labels):
+    """Images (N, H, W, C) uint8, PNG-encoded, with their labels."""
+    with tf.io.TFRecordWriter(path) as writer:
+        for image, label in zip(images, labels):
+            writer.write(example(tf.io.encode_png(image).numpy(), [int(label)]))
+    return path
+
+
+def run_tool(args, **kwargs):
+    """Runs a command line (python script path relative to the repo, or a
+    venv executable) in a fresh process; returns the CompletedProcess."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}
+    if args[0].endswith(".py"):
+        args = [sys.executable, os.path.join(ROOT, args[0]), *args[1:]]
+    return subprocess.run(args, capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=300, **kwargs)
+
+
+def venv_tool(name):
+    """A console script installed next to this Python (e.g. saved_model_cli)."""
+    return os.path.join(os.path.dirname(sys.executable), name)

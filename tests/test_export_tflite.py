@@ -1,0 +1,180 @@
+"""TFLite files (tools/export_tflite.py, deploy/tflite.py): each quantisation's
+file, run by the interpreter on real Fashion-MNIST images, follows the Keras
+model; only builtin ops; the report and bad calibration data."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from deploy import datasets, interpreter, report, serving, tflite
+import export_testing as et
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                                reason="the export builds TensorFlow graphs")
+
+NUM_IMAGES = 200
+# Per quantisation: (min top-1 agreement, max |delta probability|) on NUM_IMAGES
+# for the briefly trained tiny model. float32: the same arithmetic reordered;
+# float16 weights: relative error ~1e-3 per weight; int8 steps are 1/127 of a
+# tensor's range (weights; and activations' calibrated ranges for full int8).
+# float16 and dynamic_int8 hold the issue's targets (99.5%, 99%); full int8's
+# 98% target is measured on 1000 images by benchmarks/tflite.py, where one
+# image is 0.1% (here 0.5%), so this test asks 95%.
+BOUNDS = {"none": (1.0, 1e-5), "float16": (0.995, 1e-2), "dynamic_int8": (0.99, 0.05),
+          "int8": (0.95, 0.1)}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return et.tiny_classifier()
+
+
+@pytest.fixture(scope="module")
+def saved_model(model, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("tflite") / "saved_model")
+    serving.export_saved_model(model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def images():
+    return et.fashion_mnist(NUM_IMAGES)
+
+
+@pytest.fixture(scope="module")
+def calibration_records(tmp_path_factory):
+    """The first 100 Fashion-MNIST training images (not the compared ones)."""
+    directory = datasets.FASHION_MNIST_DIR
+    train = datasets.read_idx(os.path.join(directory, "train-images-idx3-ubyte.gz"))[:100]
+    labels = datasets.read_idx(os.path.join(directory, "train-labels-idx1-ubyte.gz"))[:100]
+    path = tmp_path_factory.mktemp("records") / "train-00000-of-00001.tfrecord"
+    return et.write_tfrecord(str(path), train[..., None], labels)
+
+
+@pytest.fixture(scope="module")
+def converted(saved_model, calibration_records):
+    """{quantization: .tflite bytes}."""
+    pixels, _ = datasets.tfrecord_images(calibration_records, (et.IMAGE_SIZE, et.IMAGE_SIZE))
+    return {q: tflite.convert_saved_model(saved_model, q, pixels if q == "int8" else None)
+            for q in tflite.QUANTIZATIONS}
+
+
+@pytest.mark.parametrize("quantization", tflite.QUANTIZATIONS)
+def test_converted_file_follows_the_keras_model(quantization, converted, model, images):
+    pixels, _ = images
+    expected = et.keras_probabilities(model, pixels)
+    assert len(set(expected.argmax(1))) >= 3  # agreement below means something
+    result = interpreter.TFLiteClassifier(converted[quantization]).predict(pixels)
+    agreement, max_delta = BOUNDS[quantization]
+    assert np.mean(result.argmax(1) == expected.argmax(1)) >= agreement
+    assert np.abs(result - expected).max() <= max_delta
+    np.testing.assert_allclose(result.sum(axis=1), 1.0, atol=0.02)
+
+
+def test_quantised_files_store_narrower_weights(converted):
+    weights = {q: tflite.constant_bytes(content) for q, content in converted.items()}
+    sizes = {q: len(content) for q, content in converted.items()}
+    # float16 halves every float constant; int8 quarters the large ones (small
+    # tensors, int32 biases and quantisation parameters stay wider).
+    assert weights["float16"] <= 0.51 * weights["none"]
+    assert weights["dynamic_int8"] <= 0.3 * weights["none"]
+    assert weights["int8"] <= 0.3 * weights["none"]
+    assert sizes["none"] > sizes["float16"] > max(sizes["dynamic_int8"], sizes["int8"])
+
+
+def test_ops_are_builtin_and_int8_takes_uint8_pixels(converted):
+    for quantization, content in converted.items():
+        counts = tflite.operator_counts(content)
+        assert not tflite.non_builtin_ops(counts), (quantization, counts)
+        # The encoder's matmuls, the tanh GELU and the softmax are all there.
+        assert {"CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "GELU", "SOFTMAX"} <= set(counts)
+    int8 = interpreter.TFLiteClassifier(converted["int8"])
+    assert int8.input["dtype"] == np.uint8
+    assert tuple(int8.input["shape"]) == (1, et.IMAGE_SIZE, et.IMAGE_SIZE, 3)
+    assert interpreter.TFLiteClassifier(converted["none"]).input["dtype"] == np.float32
+
+
+def test_a_flex_op_is_detected_and_refused(tmp_path):
+    @tf.function(input_signature=[tf.TensorSpec([4], tf.float32)])
+    def needs_flex(x):
+        return tf.strings.to_number(tf.strings.as_string(x))  # no TFLite builtin
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [needs_flex.get_concrete_function()], needs_flex)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS,
+                                           tf.lite.OpsSet.SELECT_TF_OPS]
+    content = converter.convert()
+    foreign = tflite.non_builtin_ops(tflite.operator_counts(content))
+    assert foreign and all(name.startswith("CUSTOM:Flex") for name in foreign)
+    with pytest.raises(tflite.ConversionError, match="non-builtin ops: CUSTOM:Flex"):
+        tflite.assert_builtin_only(content)
+
+
+def test_cli_run_dir_int8_with_report(model, calibration_records, tmp_path):
+    run_dir = et.write_run_dir(model, str(tmp_path / "run"))
+    output, report_path = tmp_path / "vit.tflite", tmp_path / "report.json"
+    result = et.run_tool(["tools/export_tflite.py", f"--run_dir={run_dir}",
+                          "--quantization=int8", f"--representative_data={calibration_records}",
+                          f"--output={output}", f"--report={report_path}",
+                          "--num_eval_images=100", "--latency_repeats=20"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    content = output.read_bytes()
+    written = json.loads(report_path.read_text())
+    assert written["file_size_bytes"] == len(content)
+    assert written["op_counts"] == tflite.operator_counts(content)
+    assert written["builtin_ops_only"] is True and written["reference"] == "keras"
+    assert written["input"] == {"shape": [1, 28, 28, 3], "dtype": "uint8"}
+
+    pixels, labels = et.fashion_mnist(100)
+    expected = et.keras_probabilities(model, pixels)
+    produced = interpreter.TFLiteClassifier(content).predict(pixels)
+    agreement = np.mean(produced.argmax(1) == expected.argmax(1))
+    assert written["num_images"] == 100
+    assert written["top1_agreement"] == pytest.approx(agreement)
+    assert written["max_abs_delta_probability"] == pytest.approx(
+        np.abs(produced - expected).max(), abs=1e-6)
+    assert written["reference_accuracy"] == pytest.approx(
+        np.mean(expected.argmax(1) == labels))
+    for threads in ("1_threads", "2_threads"):
+        latency = written["latency_per_image"][threads]
+        assert latency["repeats"] == 20 and 0 < latency["median_ms"] < 1000
+
+
+def test_report_rejects_labels_of_another_data_set():
+    probabilities = np.full((2, 10), 0.1)
+    with pytest.raises(datasets.DataError, match="labels up to 42; the model has 10 classes"):
+        report.compare(probabilities, probabilities, labels=np.array([1, 42]))
+
+
+def test_representative_data_that_cannot_match_the_model(saved_model, tmp_path):
+    size = (et.IMAGE_SIZE, et.IMAGE_SIZE)
+    with pytest.raises(datasets.DataError, match="no TFRecord files match"):
+        datasets.tfrecord_images(str(tmp_path / "nothing-*"), size)
+    rgba = et.write_tfrecord(str(tmp_path / "rgba.tfrecord"),
+                             np.zeros((3, 28, 28, 4), np.uint8), [0, 1, 2])
+    with pytest.raises(datasets.DataError,
+                       match=r"rgba.tfrecord record 0: image of shape \(28, 28, 4\)"):
+        datasets.tfrecord_images(rgba, size)
+    garbage = str(tmp_path / "garbage.tfrecord")
+    with tf.io.TFRecordWriter(garbage) as writer:
+        writer.write(et.example(b"\x89PNG\r\n\x1a\n broken", [0]))
+    with pytest.raises(datasets.DataError, match="garbage.tfrecord record 0: not a "
+                       "tf.train.Example with a decodable 'image/encoded'"):
+        datasets.tfrecord_images(garbage, size)
+    with pytest.raises(tflite.ConversionError, match=r"shape \(2, 32, 32, 3\); the model "
+                       r"takes \(N, 28, 28, 3\)"):
+        tflite.convert_saved_model(saved_model, "int8", np.zeros((2, 32, 32, 3), np.uint8))
+    with pytest.raises(tflite.ConversionError, match="needs representative images"):
+        tflite.convert_saved_model(saved_model, "int8")
+
+
+def test_other_sizes_and_grayscale_are_brought_to_the_model():
+    image = np.random.default_rng(0).integers(0, 256, (40, 36, 1), dtype=np.uint8)
+    pixels = datasets.to_model_pixels(image, (28, 28), "test")
+    expected = tf.image.resize(np.repeat(image, 3, axis=-1), (28, 28)).numpy()
+    assert pixels.dtype == np.uint8 and pixels.shape == (28, 28, 3)
+    np.testing.assert_array_equal(pixels, np.clip(np.round(expected), 0, 255))
