@@ -59,6 +59,11 @@ def test_small_hybrid_from_official_checkpoint(tmp_path, rng):
     x = _images(rng, 2, 64, 64)
     expected = hybrid_forward(params, x, num_layers=SMALL_RESNET, vit_layers=2)
     np.testing.assert_allclose(_run(model, x), expected, atol=ATOL, rtol=0)
+    # keras_vit.load_weights into a model built without weights.
+    fresh = keras_vit.VisionTransformer(**SMALL_KW, image_size=64, num_classes=5,
+                                        representation_size=48)
+    keras_vit.load_weights(fresh, tmp_path / "ckpt.npz")
+    np.testing.assert_array_equal(_run(fresh, x), _run(model, x))
     # Saving gives back the published names and the same arrays.
     saved = keras_vit.checkpoint.read_npz(tmp_path / "ckpt.npz")
     keras_vit.save_checkpoint(model, tmp_path / "again.npz")
