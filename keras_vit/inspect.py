@@ -86,13 +86,26 @@ def rollout_maps(rollout_matrix, grid_size, num_prefix_tokens):
     return flow.reshape(-1, rows, cols)
 
 
+def _attention_chunks(model, images, batch_size):
+    """Yields (number of images, attention weights of every layer) for slices of
+    `batch_size` images: the weights of a whole set (layers x heads x T^2 floats
+    per image) can be large. One attention model serves all slices."""
+    if len(images) == 0:
+        raise ValueError("no images given.")
+    attention = model.attention_model()
+    for start in range(0, len(images), batch_size):
+        chunk = images[start:start + batch_size]
+        yield len(chunk), list(attention.predict(chunk, batch_size=batch_size, verbose=0))
+
+
 def attention_maps(model, images, batch_size=32):
     """Rollout heat-maps (B, rows, cols) of a model for images (B, H, W, 3) in
     [-1, 1]: the class token's map for token models, the mean over tokens for
     GAP models. Each map sums to 1; upsample with `upsample`."""
-    weights = model.attention_weights(images, batch_size=batch_size)
     encoder = model.get_layer("Transformer")
-    return rollout_maps(rollout(weights), encoder.grid_size, encoder.num_prefix_tokens)
+    return np.concatenate([
+        rollout_maps(rollout(weights), encoder.grid_size, encoder.num_prefix_tokens)
+        for _, weights in _attention_chunks(model, images, batch_size)])
 
 
 def upsample(maps, image_size):
@@ -171,10 +184,12 @@ def grid_cell_pixels(model):
 def attention_distance(model, images, batch_size=32):
     """Mean attention distance (layers, heads) in pixels of a model over images
     (B, H, W, 3) in [-1, 1]; see `mean_attention_distance`."""
-    weights = model.attention_weights(images, batch_size=batch_size)
     encoder = model.get_layer("Transformer")
-    return mean_attention_distance(weights, encoder.grid_size, grid_cell_pixels(model),
-                                   encoder.num_prefix_tokens)
+    total = sum(count * mean_attention_distance(weights, encoder.grid_size,
+                                                grid_cell_pixels(model),
+                                                encoder.num_prefix_tokens)
+                for count, weights in _attention_chunks(model, images, batch_size))
+    return total / len(images)
 
 
 # -- Position-embedding similarity (paper Fig. 7 middle) ---------------------------

@@ -159,6 +159,18 @@ def test_model_attention_distance_is_in_pixels():
     np.testing.assert_allclose(distance, brute_force_mean_distance(GRID, (4, 4)), rtol=1e-5)
 
 
+def test_model_functions_give_the_same_numbers_in_chunks():
+    model = tiny_model("token")
+    images = np.random.default_rng(3).uniform(-1, 1, (4, 12, 16, 3)).astype("float32")
+    weights = model.attention_weights(images)
+    whole = vit_inspect.mean_attention_distance(weights, GRID, (4, 4), 1)
+    np.testing.assert_allclose(vit_inspect.attention_distance(model, images, batch_size=2),
+                               whole, rtol=1e-6)
+    np.testing.assert_allclose(vit_inspect.attention_maps(model, images, batch_size=2),
+                               vit_inspect.rollout_maps(vit_inspect.rollout(weights), GRID, 1),
+                               rtol=1e-6)
+
+
 def test_attention_distance_rejects_a_wrong_grid():
     with pytest.raises(ValueError, match="layer 0 weights must be"):
         vit_inspect.mean_attention_distance([np.ones((1, 1, 5, 5)) / 5], GRID, CELL, 1)
