@@ -21,9 +21,20 @@ from keras_vit.vision_transformer import VisionTransformer
 
 __version__ = "0.1.0"
 
+
+class _DefaultHandler(_logging.StreamHandler):
+    """Shows keras_vit's INFO lines (position-embedding resizes, fresh heads) while
+    the application has configured no logging; once the root logger has handlers
+    (absl, logging.basicConfig, ...), records reach them by propagation instead."""
+
+    def emit(self, record):
+        if not _logging.getLogger().handlers:
+            super().emit(record)
+
+
 _logger = _logging.getLogger("keras_vit")
-if not _logger.handlers:  # one visible line for resizes and fresh heads
-    _handler = _logging.StreamHandler()
+if not _logger.handlers:
+    _handler = _DefaultHandler()
     _handler.setFormatter(_logging.Formatter("keras_vit: %(message)s"))
     _logger.addHandler(_handler)
     _logger.setLevel(_logging.INFO)
