@@ -38,6 +38,10 @@ def base_config(model="ViT_B16"):
   c.checkpoint_every = 1000
   c.train_split = "train"
   c.train_examples = 0           # > 0: only the first N examples of train_split
+  c.fewshot_every = 0            # > 0: few-shot linear evaluation every N steps (pretrain)
+  c.fewshot = ml_collections.ConfigDict(dict(  # trainers/fewshot_callback.py DEFAULTS
+      shots=(1, 5, 10, 25), num_seeds=3, representation="pre_logits",
+      max_train_examples=10_000, max_test_examples=10_000))
   c.eval_split = "test"
   c.eval_batch_size = 0          # 0: batch_size
   c.input = ml_collections.ConfigDict(dict(

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from keras_vit import fewshot
 from trainers import input_pipeline
+from trainers.summaries import write_scalar
 
 log = logging.getLogger("trainers")
 
@@ -127,8 +128,8 @@ class FewShotCallback(keras.callbacks.Callback):
     if self._writer is not None:
       with self._writer.as_default(step=step):
         for k, r in results.items():
-          tf.summary.scalar(f"fewshot/{k}shot", r["mean"])
-          tf.summary.scalar(f"fewshot/{k}shot_std", r["std"])
+          write_scalar(f"fewshot/{k}shot", r["mean"], step)
+          write_scalar(f"fewshot/{k}shot_std", r["std"], step)
       self._writer.flush()
 
   def on_train_batch_end(self, batch, logs=None):

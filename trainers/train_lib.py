@@ -34,10 +34,12 @@ import tensorflow as tf
 
 from trainers import input_pipeline
 from trainers import masked_patch  # pylint: disable=unused-import  (registers "masked_patch")
+from trainers import fewshot_callback
 from trainers import objectives
 from trainers import optimizers
 from trainers import schedules
 from trainers import strategy as strategy_lib
+from trainers.summaries import write_scalar
 
 log = logging.getLogger("trainers")
 
@@ -51,15 +53,6 @@ class TrainingDivergedError(RuntimeError):
 
 
 # --- callbacks ------------------------------------------------------------------
-
-def write_scalar(tag, value, step):
-  """A TensorBoard scalar via core TF (`tf.summary.scalar` needs the tensorboard
-  package, which tensorflow-cpu does not pull in)."""
-  from tensorflow.core.framework import summary_pb2  # pylint: disable=g-import-not-at-top
-  metadata = summary_pb2.SummaryMetadata(
-      plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
-  tf.summary.write(tag, tf.constant(float(value), tf.float32), step=step, metadata=metadata)
-
 
 class NanGuard(keras.callbacks.Callback):
   """Stops training at the first non-finite loss and remembers the step."""
@@ -314,8 +307,12 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
   logger = RunLogger(every, batch, total_steps,
                      os.path.join(model_dir, "tensorboard", "train") if chief else None,
                      os.path.join(model_dir, "train_log.jsonl") if chief else None)
+  fewshot = fewshot_callback.from_config(
+      config, data_dir, num_classes=num_classes,
+      summary_dir=os.path.join(model_dir, "tensorboard", "fewshot") if chief else None)
   model.fit(train_ds, epochs=epochs, initial_epoch=start_epoch, steps_per_epoch=every,
-            callbacks=[guard, checkpoint, logger], verbose=0)
+            callbacks=[guard, checkpoint] + ([fewshot] if fewshot else []) + [logger],
+            verbose=0)
   if guard.bad_step is not None:
     last = RunCheckpoint.saved_epoch(ckpt_dir) * every
     raise TrainingDivergedError(
@@ -357,6 +354,8 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
       "wall_seconds": time.perf_counter() - t_start,
       "mode": mode,
   }
+  if fewshot is not None and fewshot.history:
+    metrics["fewshot"] = fewshot.history
   if chief:
     export(model, model_dir)
     _write_json(os.path.join(model_dir, "metrics.json"), metrics)
