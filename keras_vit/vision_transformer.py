@@ -1,11 +1,15 @@
 """The Vision Transformer (Dosovitskiy et al., ICLR 2021) as a Keras model."""
 
+import weakref
+
 import keras
 
 from keras_vit import layers as vit_layers
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.resnet import resnet_layers, resnet_spec, resnet_stride
 
+# Attention models by ViT, outside Keras' attribute tracking (they share its layers).
+_ATTENTION_MODELS = weakref.WeakKeyDictionary()
 _FROM_WEIGHTS = "from_weights"  # representation_size default: follow the checkpoint
 
 
@@ -153,7 +157,10 @@ class VisionTransformer(keras.Model):
     def attention_weights(self, images, batch_size=32):
         """Numpy attention weights of every block for `images` (B, H, W, 3) in
         [-1, 1]: a list of `num_layers` arrays (B, heads, tokens, tokens)."""
-        outputs = self.attention_model().predict(images, batch_size=batch_size, verbose=0)
+        model = _ATTENTION_MODELS.get(self)
+        if model is None:  # built once per model, so repeated calls do not retrace
+            model = _ATTENTION_MODELS[self] = self.attention_model()
+        outputs = model.predict(images, batch_size=batch_size, verbose=0)
         return list(outputs)
 
     # -- Serialisation ------------------------------------------------------------
