@@ -72,7 +72,8 @@ class Classifier:
         checks = [preprocessing.assert_pixel_shape(images, self.image_size, signature),
                   preprocessing.assert_not_empty(images, signature)]
         if images.dtype != tf.uint8:
-            checks.append(preprocessing.assert_pixel_range(images, signature))
+            with tf.control_dependencies(checks):  # the range of an empty batch is (inf, -inf)
+                checks.append(preprocessing.assert_pixel_range(images, signature))
         with tf.control_dependencies(checks):
             return tf.cast(images, tf.float32)
 

@@ -180,6 +180,8 @@ def test_bad_requests_fail_naming_the_problem(loaded, images):
     _fails(serve, r"PNG", images=[png, truncated])
     _fails(loaded.signatures["predict_images"], r"predict_images: empty batch",
            images=np.zeros((0, 28, 28, 3), np.uint8))
+    _fails(loaded.signatures["predict_images_float32"], r"predict_images_float32: empty batch",
+           images=np.zeros((0, 28, 28, 3), np.float32))
     _fails(loaded.signatures["predict_images_float32"],
            r"pixel values must be in \[0, 255\] \(unscaled\); got min\] \[-1\]",
            images=pixels.astype(np.float32) / 127.5 - 1.0)
