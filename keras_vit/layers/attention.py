@@ -38,7 +38,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.num_heads = int(num_heads)
         self.dropout_rate = float(dropout_rate)
         self.use_fused_attention = bool(use_fused_attention)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout",
+                                            dtype=self.dtype_policy)
 
     def build(self, input_shape):
         hidden = input_shape[-1]

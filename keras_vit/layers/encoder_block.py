@@ -28,16 +28,18 @@ class EncoderBlock(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.approximate_gelu = bool(approximate_gelu)
+        policy = self.dtype_policy  # sub-layers compute as the block does
         self.norm_1 = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="LayerNorm_0")
+            epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
         self.attention = MultiHeadSelfAttention(
             self.num_heads, dropout_rate=self.attention_dropout_rate,
-            name="MultiHeadDotProductAttention_1")
-        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+            name="MultiHeadDotProductAttention_1", dtype=policy)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=policy)
         self.norm_2 = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="LayerNorm_2")
+            epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
         self.mlp = MlpBlock(self.mlp_dim, dropout_rate=self.dropout_rate,
-                            approximate_gelu=self.approximate_gelu, name="MlpBlock_3")
+                            approximate_gelu=self.approximate_gelu, name="MlpBlock_3",
+                           dtype=policy)
 
     def build(self, input_shape):
         for layer in (self.norm_1, self.attention, self.norm_2, self.mlp):

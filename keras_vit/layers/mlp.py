@@ -24,15 +24,18 @@ class MlpBlock(keras.layers.Layer):
         self.approximate_gelu = bool(approximate_gelu)
         self.dense_0 = keras.layers.Dense(
             self.mlp_dim, kernel_initializer=initializers.xavier_uniform(),
-            bias_initializer=initializers.mlp_bias(), name="Dense_0")
-        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+            bias_initializer=initializers.mlp_bias(), name="Dense_0",
+            dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout",
+                                            dtype=self.dtype_policy)
 
     def build(self, input_shape):
         hidden = input_shape[-1]
         self.dense_0.build(input_shape)
         self.dense_1 = keras.layers.Dense(
             hidden, kernel_initializer=initializers.xavier_uniform(),
-            bias_initializer=initializers.mlp_bias(), name="Dense_1")
+            bias_initializer=initializers.mlp_bias(), name="Dense_1",
+            dtype=self.dtype_policy)
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
 
     def call(self, x, training=None):
