@@ -32,3 +32,10 @@ demo: setup data
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Speed side by side (docs/speed.md): keras_vit, keras-hub and timm, interleaved.
+.PHONY: bench-speed
+bench-speed: setup
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) benchmarks/speed.py --variant=ViT_B16 --batch=8 --compile=default,xla \
+	  --json=/tmp/keras_vit_speed.json

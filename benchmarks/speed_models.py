@@ -1,0 +1,34 @@
+"""The Keras models `speed.py` compares, built with the same architecture.
+
+Every model maps images (B, H, W, 3) to logits (B, num_classes) under the
+global dtype policy, with random weights (speed does not depend on them).
+"""
+
+import keras
+
+import keras_vit
+
+
+def keras_vit_model(arch, image_size, num_classes, fused_attention=True):
+    """keras_vit's VisionTransformer; `fused_attention=False` forces the explicit
+    softmax path in every block (the path used when attention weights are asked for)."""
+    model = keras_vit.VisionTransformer(image_size=image_size, num_classes=num_classes,
+                                       representation_size=None, **arch)
+    if not fused_attention:
+        for block in model.get_layer("Transformer").blocks:
+            block.attention.use_fused_attention = False
+    return model
+
+
+def keras_hub_model(arch, image_size, num_classes):
+    """keras-hub's ViTBackbone (B, T, D) with the class token fed to a Dense head."""
+    import keras_hub
+
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(image_size, image_size, 3), patch_size=arch["patch_size"],
+        num_layers=arch["num_layers"], num_heads=arch["num_heads"],
+        hidden_dim=arch["hidden_size"], mlp_dim=arch["mlp_dim"])
+    images = keras.Input((image_size, image_size, 3), name="image")
+    features = backbone(images)
+    logits = keras.layers.Dense(num_classes, name="head")(features[:, 0])
+    return keras.Model(images, logits, name="keras_hub_vit")
