@@ -38,19 +38,20 @@ class Encoder(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.approximate_gelu = bool(approximate_gelu)
+        policy = self.dtype_policy  # sub-layers compute as the encoder does
         self.position_embedding = PositionEmbedding(
-            self.grid_size, self.num_prefix_tokens, name="posembed_input")
-        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout")
+            self.grid_size, self.num_prefix_tokens, name="posembed_input", dtype=policy)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=policy)
         self.blocks = [
             EncoderBlock(self.num_heads, self.mlp_dim, dropout_rate=self.dropout_rate,
                          attention_dropout_rate=self.attention_dropout_rate,
                          layer_norm_epsilon=self.layer_norm_epsilon,
                          approximate_gelu=self.approximate_gelu,
-                         name=f"encoderblock_{i}")
+                         name=f"encoderblock_{i}", dtype=policy)
             for i in range(self.num_layers)
         ]
         self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="encoder_norm")
+            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=policy)
 
     def build(self, input_shape):
         self.position_embedding.build(input_shape)
