@@ -36,6 +36,8 @@ clean:
 # Speed side by side (docs/speed.md): keras_vit, keras-hub and timm, interleaved.
 .PHONY: bench-speed
 bench-speed: setup
-	$(PY) -m pip install -q -e '.[bench]'
+	# keras-hub without tensorflow-text, which would pull the full tensorflow over tensorflow-cpu.
+	$(PY) -m pip install -q timm torch==2.13.0 kagglehub regex rich sentencepiece tokenizers
+	$(PY) -m pip install -q --no-deps keras-hub
 	$(PY) benchmarks/speed.py --variant=ViT_B16 --batch=8 --compile=default,xla \
 	  --json=/tmp/keras_vit_speed.json
