@@ -58,7 +58,7 @@ def main(mode):
       strategy = strategy_lib.make_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.cpu_replicas)
       config = resolve_config(FLAGS.config, mode)
       train_lib.run(config, data_dir=FLAGS.data_dir, model_dir=FLAGS.model_dir,
-                    strategy=strategy, mode=mode, init=FLAGS.init if mode == "finetune" else None)
+                    strategy=strategy, mode=mode, init=FLAGS.init)
     except (strategy_lib.NoTPUError, input_pipeline.DataError,
             train_lib.TrainingDivergedError) as e:
       absl_logging.error("%s", e)
