@@ -3,7 +3,10 @@
 1. TFRecords in data/fashion_mnist (from the Debian IDX files, else TFDS), if missing.
 2. trainers/pretrain.py --config=configs/fashion_mnist.py --strategy=mirrored
    --cpu_replicas=2 into runs/fashion_mnist (rerunning resumes / re-exports).
-3. Prints the test accuracy and where the model is.
+3. Exports the trained model: a SavedModel for TF Serving (RUN/export/saved_model/1) and a
+   float16 TFLite file checked against the Keras model (RUN/export/model_float16.tflite with
+   its report JSON).
+4. Prints the test accuracy and where everything is.
 
   python tools/demo.py [--model_dir=runs/fashion_mnist] [--data_dir=data/fashion_mnist]
                        [extra trainer flags, e.g. --config.total_steps=500]
@@ -46,12 +49,28 @@ def main(argv):
   subprocess.run(cmd, check=True, env=env)
   with open(os.path.join(model_dir, "metrics.json")) as f:
     metrics = json.load(f)
+  export_dir = os.path.join(model_dir, "export")
+  saved_model = os.path.join(export_dir, "saved_model", "1")
+  tflite = os.path.join(export_dir, "model_float16.tflite")
+  for tool, flags in (
+      ("export_savedmodel.py", [f"--run_dir={model_dir}", f"--output={saved_model}",
+                                f"--class_names={os.path.join(data_dir, 'manifest.json')}"]),
+      ("export_tflite.py", [f"--saved_model={saved_model}", "--quantization=float16",
+                            f"--output={tflite}", f"--report={tflite[:-7]}.json",
+                            "--num_eval_images=500"])):
+    print(f"demo: {tool} {' '.join(flags)}", flush=True)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *flags], check=True,
+                   env=env, stdout=subprocess.DEVNULL)
+  with open(f"{tflite[:-7]}.json") as f:
+    report = json.load(f)
   print(f"\nFashion-MNIST test accuracy: {metrics['test_accuracy']:.4f} "
         f"(step {metrics['step']}, {metrics['train_images_per_second']:.0f} train images/s, "
         f"{time.time() - t0:.0f} s wall)")
   print(f"model: {os.path.join(model_dir, 'model.weights.h5')} + "
         f"{os.path.join(model_dir, 'model_config.json')}  "
         f"(keras_vit.VisionTransformer(**config); load_weights)")
+  print(f"exported: {saved_model} (TF Serving), {tflite} "
+        f"({100 * report['top1_agreement']:.1f}% top-1 agreement with Keras)")
   print(f"metrics: {os.path.join(model_dir, 'metrics.json')}; "
         f"TensorBoard: {os.path.join(model_dir, 'tensorboard')}")
   return metrics
