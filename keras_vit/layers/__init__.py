@@ -5,11 +5,15 @@ from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
+from keras_vit.layers.resnet import BottleneckUnit, ResNetStage, ResNetStem
+from keras_vit.layers.std_conv import StdConv2D
 
 __all__ = [
-    "ClassToken", "Encoder", "EncoderBlock", "MlpBlock", "MultiHeadSelfAttention",
-    "PatchEmbedding", "PositionEmbedding", "TokenPooling", "resize_position_embedding",
+    "BottleneckUnit", "ClassToken", "Encoder", "EncoderBlock", "MlpBlock",
+    "MultiHeadSelfAttention", "PatchCorruption", "PatchEmbedding", "PositionEmbedding",
+    "ResNetStage", "ResNetStem", "StdConv2D", "TokenPooling", "resize_position_embedding",
 ]
