@@ -6,7 +6,7 @@ import keras
 
 from keras_vit import layers as vit_layers
 from keras_vit.layers.patch_embedding import to_pair
-from keras_vit.layers.resnet import resnet_layers, resnet_spec, resnet_stride
+from keras_vit.layers.resnet import resnet_layers, resnet_spec
 
 # Attention models by ViT, outside Keras' attribute tracking (they share its layers).
 _ATTENTION_MODELS = weakref.WeakKeyDictionary()
@@ -60,11 +60,9 @@ class VisionTransformer(keras.Model):
                  name="vit", dtype=None, resnet=None, **kwargs):
         from keras_vit.checkpoint import loader  # deferred: loader imports this module
 
-        arch = dict(patch_size=patch_size, hidden_size=hidden_size, mlp_dim=mlp_dim,
-                    num_heads=num_heads, num_layers=num_layers)
         resnet = resnet_spec(resnet)
-        if resnet is not None:
-            arch.update(resnet=resnet, stride=resnet_stride(resnet))
+        arch = loader.architecture(patch_size, hidden_size, mlp_dim, num_heads, num_layers,
+                                   resnet)
         source = loader.open_source(weights, arch) if weights is not None else None
         meta = source.metadata if source is not None else {}
         image_size = to_pair(image_size or meta.get("image_size") or 224, "image_size")

@@ -139,15 +139,23 @@ def load_weights(model, weights):
     trainers/ run directory) into
     `model`, resizing position embeddings and replacing a head of another width
     by a fresh zero-initialised one. Returns the model."""
-    config = model.get_config()
-    arch = {key: config.get(key) for key in
-            ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")}
-    if arch["patch_size"][0] == arch["patch_size"][1]:
-        arch["patch_size"] = arch["patch_size"][0]
-    if getattr(model, "resnet", None) is not None:
-        arch.update(resnet=model.resnet, stride=resnet_stride(model.resnet))
+    arch = architecture(model.patch_size, model.hidden_size, model.mlp_dim, model.num_heads,
+                        model.num_layers, getattr(model, "resnet", None))
     load_source(model, open_source(weights, arch))
     return model
+
+
+def architecture(patch_size, hidden_size, mlp_dim, num_heads, num_layers, resnet=None):
+    """What `open_source` needs to know of a model: its sizes (a square patch as
+    an int, as the variants list it) and, for hybrids, the normalised `resnet`
+    spec with its downsampling `stride`."""
+    if not isinstance(patch_size, int) and patch_size[0] == patch_size[1]:
+        patch_size = int(patch_size[0])
+    arch = dict(patch_size=patch_size, hidden_size=hidden_size, mlp_dim=mlp_dim,
+                num_heads=num_heads, num_layers=num_layers)
+    if resnet is not None:
+        arch.update(resnet=resnet, stride=resnet_stride(resnet))
+    return arch
 
 
 def load_source(model, source):
