@@ -1,8 +1,9 @@
 """Images/s and TFLOP/s of keras_vit, keras-hub's ViT and timm's ViT, side by side.
 
 All contenders run the same architecture, batch and dtype policy on synthetic
-inputs, interleaved: every round times each of them in turn, so that a noisy,
-shared machine slows them alike and the ratios within one run hold. A square
+inputs, interleaved: every round times each of them in turn, in an order rotated
+by one each round, so that a noisy, shared machine slows them alike and the
+ratios within one run hold. A square
 matmul in the same dtype runs in the rotation too: the device's practical peak.
 
     KERAS_BACKEND=tensorflow python benchmarks/speed.py --variant=ViT_B16 --batch=8 \
@@ -108,8 +109,13 @@ def measure(runners, args, forward_flops):
             runner.step()
         results[label] = {"first_step_s": first, "round_s": [], **runner.describe()}
         print(f"  ready {label}: first step {first:.1f} s", flush=True)
+    labels = list(runners)
     for round_index in range(args.rounds):
-        for label, runner in runners.items():
+        # Rotate the order each round: no contender always runs right after the
+        # same neighbour (torch's OpenMP threads spin for a while after a step).
+        shift = round_index % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            runner = runners[label]
             start = time.perf_counter()
             for _ in range(args.steps):
                 runner.step()
