@@ -15,6 +15,12 @@ except ImportError:  # TensorFlow's copy, same API
     INTERPRETER = "tf.lite"
 
 
+def make_interpreter(content, num_threads=None):
+    """An interpreter over a .tflite file's bytes, with the runtime's default
+    delegate (XNNPACK on CPU)."""
+    return _Interpreter(model_content=bytes(content), num_threads=num_threads)
+
+
 class TFLiteClassifier:
     """A converted classifier (tflite.convert_*): one image per invoke.
 
@@ -24,7 +30,7 @@ class TFLiteClassifier:
     """
 
     def __init__(self, content, num_threads=None):
-        self.interpreter = _Interpreter(model_content=bytes(content), num_threads=num_threads)
+        self.interpreter = make_interpreter(content, num_threads)
         self.interpreter.allocate_tensors()
         self.input = self.interpreter.get_input_details()[0]
         self.output = self.interpreter.get_output_details()[0]

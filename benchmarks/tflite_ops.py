@@ -1,0 +1,155 @@
+r"""Where a full-int8 TFLite ViT spends its time: float32 vs int8, per operator kind.
+
+The Python TFLite interpreter has no per-operator profiler, so this builds one
+tiny model per kind of work in an encoder block, at a variant's shapes (batch 1,
+as a phone runs it), converts each to float32 and to full int8 (calibrated on
+random inputs: the ranges do not change the speed), and times `invoke` with the
+interpreter the deployment tools use (ai_edge_litert, XNNPACK on, 1 thread by
+default). Multiplying by the count per block and the number of blocks gives a
+breakdown that adds up to the whole model's latency (compare with
+benchmarks/tflite.py or deploy's report).
+
+  python benchmarks/tflite_ops.py --variant=ViT_Ti16 [--image_size=224] \
+      [--threads=1] [--repeats=200] [--json=benchmarks/results/tflite_ops.json]
+
+Kinds: layer_norm (x2 per block), fc_qkvo (hidden->hidden, x4: query, key,
+value, out), fc_mlp_in (hidden->mlp_dim), fc_mlp_out (mlp_dim->hidden), gelu
+(tanh form, on mlp_dim), attention_core (q k^T, softmax, times v, as the model's
+fused path exports it), residual_add (x2). Also the machine's int8 capability as
+/proc/cpuinfo reports it (avx512_vnni / avx_vnni / amx: int8 dot products).
+A measurement, not a test.
+"""
+import json
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from absl import app  # pylint: disable=wrong-import-position
+from absl import flags  # pylint: disable=wrong-import-position
+from absl import logging  # pylint: disable=wrong-import-position
+import keras  # pylint: disable=wrong-import-position
+from keras import ops  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+import tensorflow as tf  # pylint: disable=wrong-import-position
+
+from deploy import interpreter  # pylint: disable=wrong-import-position
+import keras_vit  # pylint: disable=wrong-import-position
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("variant", "ViT_Ti16", "A keras_vit.VARIANTS name.")
+flags.DEFINE_integer("image_size", 224, "Image side in pixels (sets the token count).")
+flags.DEFINE_integer("threads", 1, "Interpreter threads.")
+flags.DEFINE_integer("repeats", 200, "Timed invokes per model (median reported).")
+flags.DEFINE_integer("calibration_samples", 20, "Random calibration inputs for int8.")
+flags.DEFINE_string("json", None, "Write the breakdown here.")
+
+INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimddp", "i8mm")
+
+
+def kinds(arch, tokens):
+    """{kind: (count per block, input shapes, builder(inputs) -> output)}."""
+    hidden, mlp_dim, heads = arch["hidden_size"], arch["mlp_dim"], arch["num_heads"]
+    head_dim = hidden // heads
+    rows, wide = (tokens, hidden), (tokens, mlp_dim)
+    per_head = (tokens, heads, head_dim)
+    return {
+        "layer_norm": (2, [rows], lambda x: keras.layers.LayerNormalization(epsilon=1e-6)(x[0])),
+        "fc_qkvo": (4, [rows], lambda x: keras.layers.Dense(hidden)(x[0])),
+        "fc_mlp_in": (1, [rows], lambda x: keras.layers.Dense(mlp_dim)(x[0])),
+        "fc_mlp_out": (1, [wide], lambda x: keras.layers.Dense(hidden)(x[0])),
+        "gelu": (1, [wide], lambda x: keras.activations.gelu(x[0], approximate=True)),
+        "attention_core": (1, [per_head] * 3, lambda x: ops.dot_product_attention(
+            x[0], x[1], x[2], scale=1.0 / head_dim ** 0.5)),
+        "residual_add": (2, [rows, rows], lambda x: x[0] + x[1]),
+    }
+
+
+def convert(model, shapes, int8):
+    """A Keras model -> .tflite bytes (float32, or full int8 with float I/O)."""
+    with tempfile.TemporaryDirectory(prefix="tflite_ops_") as directory:
+        model.export(directory, verbose=False)
+        converter = tf.lite.TFLiteConverter.from_saved_model(directory)
+        if int8:
+            rng = np.random.default_rng(0)
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.representative_dataset = lambda: (
+                [rng.normal(size=(1, *s)).astype("float32") for s in shapes]
+                for _ in range(FLAGS.calibration_samples))
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        return converter.convert()
+
+
+def latency_ms(content):
+    """Median ms per invoke, and the kinds of operator in the converted graph."""
+    runner = interpreter.make_interpreter(content, num_threads=FLAGS.threads)
+    runner.allocate_tensors()
+    for detail in runner.get_input_details():
+        runner.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+    for _ in range(10):
+        runner.invoke()
+    times = []
+    for _ in range(FLAGS.repeats):
+        start = time.perf_counter()
+        runner.invoke()
+        times.append(time.perf_counter() - start)
+    kinds_present = sorted({op["op_name"] for op in runner._get_ops_details()  # pylint: disable=protected-access
+                            if op["op_name"] != "DELEGATE"})
+    return float(np.median(times) * 1e3), kinds_present
+
+
+def cpu_int8_features():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            present = set(handle.read().split())
+    except OSError:
+        return None
+    return [name for name in INT8_DOT_PRODUCT_FLAGS if name in present]
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.WARNING)  # SavedModel export logs per model
+    arch = keras_vit.VARIANTS[FLAGS.variant]
+    patch = arch["patch_size"]
+    patch = patch if isinstance(patch, int) else patch[0]
+    tokens = (FLAGS.image_size // patch) ** 2 + 1
+    layers = arch["num_layers"]
+    rows, totals = {}, {"float32": 0.0, "int8": 0.0}
+    print(f"{FLAGS.variant} at {FLAGS.image_size} px: {tokens} tokens, {layers} blocks, "
+          f"{FLAGS.threads} thread(s), interpreter {interpreter.INTERPRETER}")
+    print(f"{'kind':15s} {'/block':>6s} {'float32 ms':>10s} {'int8 ms':>8s} {'ratio':>6s} "
+          f"{'model fp32':>10s} {'model int8':>10s}  int8 graph's operators")
+    for kind, (count, shapes, build) in kinds(arch, tokens).items():
+        inputs = [keras.Input(shape, batch_size=1) for shape in shapes]
+        model = keras.Model(inputs, build(inputs))
+        fp32, _ = latency_ms(convert(model, shapes, int8=False))
+        int8, int8_ops = latency_ms(convert(model, shapes, int8=True))
+        scale = count * layers
+        rows[kind] = {"per_block": count, "float32_ms": fp32, "int8_ms": int8,
+                      "model_float32_ms": fp32 * scale, "model_int8_ms": int8 * scale,
+                      "int8_operators": int8_ops}
+        totals["float32"] += fp32 * scale
+        totals["int8"] += int8 * scale
+        print(f"{kind:15s} {count:6d} {fp32:10.3f} {int8:8.3f} {int8 / fp32:6.2f} "
+              f"{fp32 * scale:10.1f} {int8 * scale:10.1f}  {', '.join(int8_ops)}",
+              flush=True)
+    print(f"{'blocks in all':15s} {'':6s} {'':10s} {'':8s} {totals['int8'] / totals['float32']:6.2f} "
+          f"{totals['float32']:10.1f} {totals['int8']:10.1f}")
+    features = cpu_int8_features()
+    print(f"CPU int8/bf16 dot-product features: {features if features else 'none'}")
+    if FLAGS.json:
+        with open(FLAGS.json, "w", encoding="utf-8") as handle:
+            json.dump({"variant": FLAGS.variant, "image_size": FLAGS.image_size,
+                       "tokens": tokens, "blocks": layers, "threads": FLAGS.threads,
+                       "interpreter": interpreter.INTERPRETER, "kinds": rows,
+                       "blocks_total_ms": totals, "cpu_int8_features": features,
+                       "date": time.strftime("%Y-%m-%d")}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)
