@@ -17,6 +17,9 @@ value, out), fc_mlp_in (hidden->mlp_dim), fc_mlp_out (mlp_dim->hidden), gelu
 (tanh form, on mlp_dim), attention_core (q k^T, softmax, times v, as the model's
 fused path exports it), residual_add (x2). Also the machine's int8 capability as
 /proc/cpuinfo reports it (avx512_vnni / avx_vnni / amx: int8 dot products).
+Then the whole model (random weights, `--whole_model`, on by default) converted
+by deploy.tflite as float32 ('none'), full 'int8' and 'int8_matmul', timed
+interleaved (deploy.interpreter.interleaved_latency_ms).
 A measurement, not a test.
 """
 import json
@@ -37,7 +40,7 @@ from keras import ops  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
 
-from deploy import interpreter  # pylint: disable=wrong-import-position
+from deploy import interpreter, tflite  # pylint: disable=wrong-import-position
 import keras_vit  # pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
@@ -46,6 +49,7 @@ flags.DEFINE_integer("image_size", 224, "Image side in pixels (sets the token co
 flags.DEFINE_integer("threads", 1, "Interpreter threads.")
 flags.DEFINE_integer("repeats", 200, "Timed invokes per model (median reported).")
 flags.DEFINE_integer("calibration_samples", 20, "Random calibration inputs for int8.")
+flags.DEFINE_bool("whole_model", True, "Also time the whole model per quantisation.")
 flags.DEFINE_string("json", None, "Write the breakdown here.")
 
 INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimddp", "i8mm")
@@ -102,6 +106,20 @@ def latency_ms(content):
     return float(np.median(times) * 1e3), kinds_present
 
 
+def whole_model_ms(variant, image_size):
+    """{quantization: ms per image, 1 image, interleaved} of the whole model."""
+    model = keras_vit.build_model(variant, weights=None, num_classes=10, image_size=image_size)
+    pixels = np.random.default_rng(0).uniform(
+        0, 255, (FLAGS.calibration_samples, image_size, image_size, 3)).astype("float32")
+    classifiers = {}
+    for quantization in ("none", "int8", "int8_matmul"):
+        content = tflite.convert_keras_model(
+            model, quantization, pixels if quantization in tflite.CALIBRATED else None)
+        classifiers[quantization] = interpreter.TFLiteClassifier(content, FLAGS.threads)
+    return interpreter.interleaved_latency_ms(classifiers, pixels.astype(np.uint8),
+                                              repeats=max(FLAGS.repeats // 10, 5))
+
+
 def cpu_int8_features():
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -142,12 +160,18 @@ def main(argv):
           f"{totals['float32']:10.1f} {totals['int8']:10.1f}")
     features = cpu_int8_features()
     print(f"CPU int8/bf16 dot-product features: {features if features else 'none'}")
+    whole = whole_model_ms(FLAGS.variant, FLAGS.image_size) if FLAGS.whole_model else None
+    if whole:
+        print("whole model, ms per image: " + ", ".join(
+            f"{name} {ms:.1f} ({whole['none'] / ms:.2f}x float32's speed)"
+            for name, ms in whole.items()))
     if FLAGS.json:
         with open(FLAGS.json, "w", encoding="utf-8") as handle:
             json.dump({"variant": FLAGS.variant, "image_size": FLAGS.image_size,
                        "tokens": tokens, "blocks": layers, "threads": FLAGS.threads,
                        "interpreter": interpreter.INTERPRETER, "kinds": rows,
                        "blocks_total_ms": totals, "cpu_int8_features": features,
+                       "whole_model_ms": whole,
                        "date": time.strftime("%Y-%m-%d")}, handle, indent=1)
 
 

@@ -82,3 +82,15 @@ class TFLiteClassifier:
         times = np.asarray(times) * 1e3
         return {"median_ms": float(np.median(times)), "mean_ms": float(times.mean()),
                 "repeats": int(repeats)}
+
+
+def interleaved_latency_ms(classifiers, pixels, rounds=5, repeats=100, warmup=10):
+    """{name: median over `rounds` of each round's median ms per invoke} for
+    {name: TFLiteClassifier}, timed in turn within every round so that a noisy
+    machine slows them alike; comparisons between them hold within one call."""
+    per_round = {name: [] for name in classifiers}
+    for _ in range(rounds):
+        for name, classifier in classifiers.items():
+            timing = classifier.latency_ms(pixels, repeats=repeats, warmup=warmup)
+            per_round[name].append(timing["median_ms"])
+    return {name: float(np.median(times)) for name, times in per_round.items()}

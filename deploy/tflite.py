@@ -7,7 +7,11 @@ uint8 for full-integer int8 files), output `probabilities` (1, K). Scaling to
 
 Quantisations: 'none' (float32), 'float16' (float16 weights), 'dynamic_int8'
 (int8 weights, dynamic-range activations), 'int8' (full integer: int8 weights
-and activations calibrated on representative images, builtin int8 kernels only).
+and activations calibrated on representative images, builtin int8 kernels only),
+'int8_matmul' (the convolution and the fully connected layers in int8, weights
+and calibrated activations; LayerNorm, attention's batch matmuls and softmax,
+GELU and the residual adds stay float32, where int8 kernels are slow and lossy:
+see benchmarks/tflite_ops.py).
 """
 
 import collections
@@ -18,7 +22,11 @@ import tensorflow as tf
 
 from deploy import serving
 
-QUANTIZATIONS = ("none", "float16", "dynamic_int8", "int8")
+QUANTIZATIONS = ("none", "float16", "dynamic_int8", "int8", "int8_matmul")
+# Quantisations whose activation ranges are calibrated on representative images.
+CALIBRATED = ("int8", "int8_matmul")
+# The operators 'int8_matmul' quantises; every other kind stays float32.
+INT8_MATMUL_OPS = ("CONV_2D", "FULLY_CONNECTED")
 
 try:
     from ai_edge_litert import schema_py_generated as _schema
@@ -46,6 +54,20 @@ def _probabilities_function(loaded):
     return probabilities.get_concrete_function()
 
 
+def _representative_dataset(quantization, representative_pixels):
+    """A generator function over the calibration images, one (1, H, W, 3) each."""
+    if representative_pixels is None or not len(representative_pixels):
+        raise ConversionError(f"--quantization={quantization} needs representative images "
+                              "(--representative_data=TFRECORD_GLOB) to calibrate.")
+    pixels = np.asarray(representative_pixels, np.float32)
+
+    def representative_dataset():
+        for image in pixels:
+            yield [image[None]]
+
+    return representative_dataset
+
+
 def _configure(converter, quantization, representative_pixels):
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantization == "none":
@@ -53,19 +75,33 @@ def _configure(converter, quantization, representative_pixels):
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantization == "float16":
         converter.target_spec.supported_types = [tf.float16]
-    elif quantization == "int8":
-        if representative_pixels is None or not len(representative_pixels):
-            raise ConversionError("--quantization=int8 needs representative images "
-                                  "(--representative_data=TFRECORD_GLOB) to calibrate.")
-        pixels = np.asarray(representative_pixels, np.float32)
+    elif quantization in CALIBRATED:
+        converter.representative_dataset = _representative_dataset(
+            quantization, representative_pixels)
+        if quantization == "int8":
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            converter.inference_input_type = tf.uint8
 
-        def representative_dataset():
-            for image in pixels:
-                yield [image[None]]
 
-        converter.representative_dataset = representative_dataset
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        converter.inference_input_type = tf.uint8
+def _convert(make_converter, quantization, representative_pixels):
+    """Runs a fresh converter from `make_converter()` configured for `quantization`.
+
+    'int8_matmul' is selective quantisation (TFLite's QuantizationDebugger with
+    every operator kind of the float32 graph but INT8_MATMUL_OPS denylisted)."""
+    converter = make_converter()
+    if quantization != "int8_matmul":
+        _configure(converter, quantization, representative_pixels)
+        return converter.convert()
+    _configure(converter, "none", None)
+    float_kinds = operator_counts(converter.convert())
+    converter = make_converter()
+    _configure(converter, quantization, representative_pixels)
+    options = tf.lite.experimental.QuantizationDebugOptions(
+        denylisted_ops=[kind for kind in float_kinds if kind not in INT8_MATMUL_OPS])
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=converter, debug_dataset=converter.representative_dataset,
+        debug_options=options)
+    return debugger.get_nondebug_quantized_model()
 
 
 def convert_saved_model(saved_model_dir, quantization="none", representative_pixels=None):
@@ -74,8 +110,8 @@ def convert_saved_model(saved_model_dir, quantization="none", representative_pix
     Args:
         saved_model_dir: the SavedModel directory.
         quantization: one of QUANTIZATIONS.
-        representative_pixels: for 'int8', (N, H, W, 3) pixels in [0, 255] at
-            the model's size.
+        representative_pixels: for CALIBRATED quantisations, (N, H, W, 3)
+            pixels in [0, 255] at the model's size.
     Returns:
         the .tflite file's bytes; raises ConversionError if it holds a
         non-builtin (Flex or custom) op.
@@ -91,9 +127,9 @@ def convert_saved_model(saved_model_dir, quantization="none", representative_pix
         if len(shape) != 4 or shape[1:] != tuple(expected):
             raise ConversionError(f"representative images have shape {shape}; the model "
                                   f"takes (N, {expected[0]}, {expected[1]}, 3).")
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], loaded)
-    _configure(converter, quantization, representative_pixels)
-    content = converter.convert()
+    content = _convert(
+        lambda: tf.lite.TFLiteConverter.from_concrete_functions([function], loaded),
+        quantization, representative_pixels)
     assert_builtin_only(content)
     return content
 

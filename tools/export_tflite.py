@@ -3,7 +3,7 @@ closely the file follows the model.
 
   python tools/export_tflite.py (--saved_model=DIR | --run_dir=RUN | --model=ViT_B16 \
       --weights=W [--num_classes=K] [--image_size=S]) \
-      --quantization=none|float16|dynamic_int8|int8 [--representative_data=TFRECORD_GLOB] \
+      --quantization=none|float16|dynamic_int8|int8|int8_matmul [--representative_data=TFRECORD_GLOB] \
       --output=FILE.tflite [--report=FILE.json] [--eval_data=TFRECORD_GLOB]
 
 The file takes `images` (1, H, W, 3) pixels in [0, 255] (float32; uint8 for
@@ -33,7 +33,7 @@ deploy_flags.define_model_flags()
 flags.DEFINE_string("saved_model", None, "A SavedModel from tools/export_savedmodel.py.")
 flags.DEFINE_enum("quantization", "none", tflite.QUANTIZATIONS, "Weights/activations.")
 flags.DEFINE_string("representative_data", None, "TFRecord glob (tf.train.Example with "
-                    "'image/encoded') to calibrate --quantization=int8.")
+                    "'image/encoded') to calibrate --quantization=int8 or int8_matmul.")
 flags.DEFINE_integer("num_calibration_images", 200, "Representative images used.")
 flags.DEFINE_string("output", None, ".tflite file to write.")
 flags.DEFINE_string("report", None, "JSON report to write (also printed).")
@@ -64,9 +64,9 @@ def main(argv):
     try:
         loaded, model, reference, size = _source()
         calibration = None
-        if FLAGS.quantization == "int8":
+        if FLAGS.quantization in tflite.CALIBRATED:
             if not FLAGS.representative_data:
-                raise ValueError("--quantization=int8 needs --representative_data="
+                raise ValueError(f"--quantization={FLAGS.quantization} needs --representative_data="
                                  "TFRECORD_GLOB to calibrate the activations.")
             calibration, _ = datasets.tfrecord_images(
                 FLAGS.representative_data, size, FLAGS.num_calibration_images)
