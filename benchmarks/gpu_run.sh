@@ -52,7 +52,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,temper
 for mode in ${MODES:-train inference}; do
   "$PYTHON" benchmarks/speed.py --variant="${VARIANT:-ViT_B16}" --batch="${BATCH:-256}" \
     --dtype=mixed_bfloat16 --mode="$mode" --compile=xla \
-    --libraries=keras_vit,keras_hub,timm,matmul --timm_compile \
+    --libraries=keras_vit,keras_vit_padded,keras_hub,timm,matmul --timm_compile \
     --rounds="${ROUNDS:-3}" --steps="${STEPS:-10}" --matmul_n="${MATMUL_N:-8192}" \
     --json="$OUT/$mode.json" 2>&1 | tee "$OUT/$mode.log" | grep -v -E "^(WARNING|I0000|W0000)"
 done

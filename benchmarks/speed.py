@@ -30,7 +30,7 @@ import keras  # noqa: E402
 from benchmarks import speed_flops, speed_models, speed_runners  # noqa: E402
 from keras_vit.variants import VARIANTS  # noqa: E402
 
-LIBRARIES = ("keras_vit", "keras_vit_explicit", "keras_hub", "timm", "matmul")
+LIBRARIES = ("keras_vit", "keras_vit_explicit", "keras_vit_padded", "keras_hub", "timm", "matmul")
 DEFAULT_LIBRARIES = "keras_vit,keras_hub,timm,matmul"
 
 
@@ -52,12 +52,17 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=2, help="timed steps per round")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps after the first")
     parser.add_argument("--matmul_n", type=int, default=2048)
+    parser.add_argument("--pad_tokens_to_multiple", type=int, default=64,
+                        help="keras_vit_padded: pad the tokens of the fused attention to a "
+                             "multiple of this, padding keys masked")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     args.compile = _comma_list(args.compile, speed_runners.COMPILE_MODES, "--compile")
     args.libraries = _comma_list(args.libraries, LIBRARIES, "--libraries")
-    if min(args.batch, args.rounds, args.steps) < 1 or args.warmup < 0:
-        parser.error("--batch, --rounds and --steps must be >= 1, --warmup >= 0.")
+    if (min(args.batch, args.rounds, args.steps, args.pad_tokens_to_multiple) < 1
+            or args.warmup < 0):
+        parser.error("--batch, --rounds, --steps and --pad_tokens_to_multiple must be >= 1, "
+                     "--warmup >= 0.")
     return args
 
 
@@ -94,8 +99,11 @@ def build_runners(args, arch, images, labels):
 def _keras_model(library, arch, args):
     if library == "keras_hub":
         return speed_models.keras_hub_model(arch, args.image_size, args.num_classes)
-    return speed_models.keras_vit_model(arch, args.image_size, args.num_classes,
-                                        fused_attention=library == "keras_vit")
+    return speed_models.keras_vit_model(
+        arch, args.image_size, args.num_classes,
+        fused_attention=library != "keras_vit_explicit",
+        pad_tokens_to_multiple=(args.pad_tokens_to_multiple
+                                if library == "keras_vit_padded" else None))
 
 
 def measure(runners, args, forward_flops):

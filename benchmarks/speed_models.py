@@ -9,14 +9,16 @@ import keras
 import keras_vit
 
 
-def keras_vit_model(arch, image_size, num_classes, fused_attention=True):
+def keras_vit_model(arch, image_size, num_classes, fused_attention=True,
+                    pad_tokens_to_multiple=None):
     """keras_vit's VisionTransformer; `fused_attention=False` forces the explicit
-    softmax path in every block (the path used when attention weights are asked for)."""
+    softmax path in every block (the path used when attention weights are asked
+    for); `pad_tokens_to_multiple` pads the fused path's token axis (masked)."""
     model = keras_vit.VisionTransformer(image_size=image_size, num_classes=num_classes,
                                        representation_size=None, **arch)
-    if not fused_attention:
-        for block in model.get_layer("Transformer").blocks:
-            block.attention.use_fused_attention = False
+    for block in model.get_layer("Transformer").blocks:
+        block.attention.use_fused_attention = fused_attention
+        block.attention.pad_tokens_to_multiple = pad_tokens_to_multiple
     return model
 
 

@@ -24,9 +24,10 @@ FLOAT32_ATOL = 1e-5
 BFLOAT16_SCALED_ATOL = 8 * 2.0 ** -8
 
 
-def _layer_pair(dtype, hidden=32, heads=4, seed=0):
+def _layer_pair(dtype, hidden=32, heads=4, seed=0, pad_tokens_to_multiple=None):
     """Two attention layers with the same random weights, fused and explicit."""
-    fused = MultiHeadSelfAttention(heads, dtype=dtype, name="fused")
+    fused = MultiHeadSelfAttention(heads, dtype=dtype, name="fused",
+                                   pad_tokens_to_multiple=pad_tokens_to_multiple)
     explicit = MultiHeadSelfAttention(heads, use_fused_attention=False, dtype=dtype,
                                       name="explicit")
     for layer in (fused, explicit):
@@ -118,3 +119,28 @@ def test_whole_model_fused_equals_explicit():
         block.attention.use_fused_attention = False
     np.testing.assert_allclose(_numpy(model(images)), fused_logits, rtol=0,
                                atol=FLOAT32_ATOL)
+
+
+@pytest.mark.parametrize("tokens,multiple", [(17, 8), (197 // 4, 16), (16, 8)])
+def test_padded_fused_attention_equals_unpadded(tokens, multiple, monkeypatch):
+    """Padding the tokens to a multiple, with the padding keys masked, changes
+    nothing in the outputs; the fused op sees the padded length."""
+    padded, explicit = _layer_pair("float32", pad_tokens_to_multiple=multiple)
+    seen = []
+    original = keras.ops.dot_product_attention
+    monkeypatch.setattr(keras.ops, "dot_product_attention",
+                        lambda q, *a, **k: seen.append(q.shape[1]) or original(q, *a, **k))
+    x = _tokens(tokens=tokens)
+    out = _numpy(padded(x))
+    assert seen == [-(-tokens // multiple) * multiple]
+    assert out.shape == (2, tokens, 32)
+    np.testing.assert_allclose(out, _numpy(explicit(x)), rtol=0, atol=FLOAT32_ATOL)
+    np.testing.assert_allclose(out, _reference_attention(padded, x), rtol=0, atol=FLOAT32_ATOL)
+
+
+def test_padding_is_kept_in_the_config_and_checked():
+    layer = MultiHeadSelfAttention(4, pad_tokens_to_multiple=64)
+    clone = MultiHeadSelfAttention.from_config(layer.get_config())
+    assert clone.pad_tokens_to_multiple == 64
+    with pytest.raises(ValueError, match="pad_tokens_to_multiple must be a positive int"):
+        MultiHeadSelfAttention(4, pad_tokens_to_multiple=0)

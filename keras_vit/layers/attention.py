@@ -31,13 +31,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         num_heads: number of attention heads; must divide the hidden size.
         dropout_rate: dropout on the attention weights.
         use_fused_attention: allow the fused kernel when weights are not needed.
+        pad_tokens_to_multiple: on the fused path, pad the token axis of q, k and
+            v with zeros up to a multiple of this (e.g. 64) and mask the padding
+            keys, for fused kernels that want aligned sequence lengths (cuDNN
+            flash attention refuses 197); the padding queries are dropped, so
+            the outputs are unchanged. None: no padding. Off by default: it has
+            not been measured faster on a GPU yet (docs/speed.md).
     """
 
-    def __init__(self, num_heads, dropout_rate=0.0, use_fused_attention=True, **kwargs):
+    def __init__(self, num_heads, dropout_rate=0.0, use_fused_attention=True,
+                 pad_tokens_to_multiple=None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.dropout_rate = float(dropout_rate)
         self.use_fused_attention = bool(use_fused_attention)
+        if pad_tokens_to_multiple is not None and int(pad_tokens_to_multiple) < 1:
+            raise ValueError(f"pad_tokens_to_multiple must be a positive int or None, "
+                             f"got {pad_tokens_to_multiple!r}.")
+        self.pad_tokens_to_multiple = (None if pad_tokens_to_multiple is None
+                                       else int(pad_tokens_to_multiple))
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout",
                                             dtype=self.dtype_policy)
 
@@ -74,7 +86,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         value = self._project(x, self.value_kernel, self.value_bias)
         dropout_active = self.dropout_rate > 0 and training
         if self.use_fused_attention and not return_attention_weights and not dropout_active:
-            context = ops.dot_product_attention(query, key, value, scale=scale)
+            context = self._fused_attention(query, key, value, scale)
             weights = None
         else:
             context, weights = self._explicit_attention(query, key, value, scale, training)
@@ -85,6 +97,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if return_attention_weights:
             return output, weights
         return output
+
+    def _fused_attention(self, query, key, value, scale):
+        """(B, N, H, hd) q, k, v -> context (B, N, H, hd) via the fused op, with
+        the token axis padded to `pad_tokens_to_multiple` where that is set and N
+        is static and not already a multiple."""
+        tokens = query.shape[1]
+        multiple = self.pad_tokens_to_multiple
+        if not multiple or tokens is None or tokens % multiple == 0:
+            return ops.dot_product_attention(query, key, value, scale=scale)
+        padded = -(-tokens // multiple) * multiple
+        widths = ((0, 0), (0, padded - tokens), (0, 0), (0, 0))
+        query, key, value = (ops.pad(t, widths) for t in (query, key, value))
+        real_keys = ops.arange(padded) < tokens
+        mask = ops.broadcast_to(real_keys[None, None, None, :], (1, 1, padded, padded))
+        context = ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
+        return context[:, :tokens]
 
     def _explicit_attention(self, query, key, value, scale, training):
         """Returns context (B, N, H, hd) and weights (B, H, N, N)."""
@@ -103,5 +131,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "num_heads": self.num_heads,
             "dropout_rate": self.dropout_rate,
             "use_fused_attention": self.use_fused_attention,
+            "pad_tokens_to_multiple": self.pad_tokens_to_multiple,
         })
         return config
