@@ -83,21 +83,16 @@ def _configure(converter, quantization, representative_pixels):
             converter.inference_input_type = tf.uint8
 
 
-def _convert(make_converter, quantization, representative_pixels):
-    """Runs a fresh converter from `make_converter()` configured for `quantization`.
+def _convert(converter, quantization, representative_pixels):
+    """Runs `converter` configured for `quantization`.
 
     'int8_matmul' is selective quantisation (TFLite's QuantizationDebugger with
-    every operator kind of the float32 graph but INT8_MATMUL_OPS denylisted)."""
-    converter = make_converter()
-    if quantization != "int8_matmul":
-        _configure(converter, quantization, representative_pixels)
-        return converter.convert()
-    _configure(converter, "none", None)
-    float_kinds = operator_counts(converter.convert())
-    converter = make_converter()
+    every builtin operator kind but INT8_MATMUL_OPS denylisted)."""
     _configure(converter, quantization, representative_pixels)
+    if quantization != "int8_matmul":
+        return converter.convert()
     options = tf.lite.experimental.QuantizationDebugOptions(
-        denylisted_ops=[kind for kind in float_kinds if kind not in INT8_MATMUL_OPS])
+        denylisted_ops=[kind for kind in _BUILTIN_NAMES.values() if kind not in INT8_MATMUL_OPS])
     debugger = tf.lite.experimental.QuantizationDebugger(
         converter=converter, debug_dataset=converter.representative_dataset,
         debug_options=options)
@@ -127,9 +122,8 @@ def convert_saved_model(saved_model_dir, quantization="none", representative_pix
         if len(shape) != 4 or shape[1:] != tuple(expected):
             raise ConversionError(f"representative images have shape {shape}; the model "
                                   f"takes (N, {expected[0]}, {expected[1]}, 3).")
-    content = _convert(
-        lambda: tf.lite.TFLiteConverter.from_concrete_functions([function], loaded),
-        quantization, representative_pixels)
+    content = _convert(tf.lite.TFLiteConverter.from_concrete_functions([function], loaded),
+                       quantization, representative_pixels)
     assert_builtin_only(content)
     return content
 
