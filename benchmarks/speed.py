@@ -3,8 +3,8 @@
 All contenders run the same architecture, batch and dtype policy on synthetic
 inputs, interleaved: every round times each of them in turn, in an order rotated
 by one each round, so that a noisy, shared machine slows them alike and the
-ratios within one run hold. A square
-matmul in the same dtype runs in the rotation too: the device's practical peak.
+ratios within one run hold. A square matmul in the same dtype runs in the
+rotation too: the device's practical peak.
 
     KERAS_BACKEND=tensorflow python benchmarks/speed.py --variant=ViT_B16 --batch=8 \
         --dtype=float32 --mode=inference --compile=default,graph --json=/tmp/speed.json
@@ -120,7 +120,8 @@ def measure(runners, args, forward_flops):
     labels = list(runners)
     for round_index in range(args.rounds):
         # Rotate the order each round: no contender always runs right after the
-        # same neighbour (torch's OpenMP threads spin for a while after a step).
+        # same neighbour (a run with timm slows the Keras contenders; cause not
+        # found, docs/speed.md).
         shift = round_index % len(labels)
         for label in labels[shift:] + labels[:shift]:
             runner = runners[label]
