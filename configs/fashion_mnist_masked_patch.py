@@ -1,6 +1,6 @@
 r"""Masked patch prediction (paper §4.6) on Fashion-MNIST, sized for a 2-core CPU.
 
-The model of configs/fashion_mnist.py (ViT, patch 4, hidden 96, 4 layers, gap),
+The model of configs/fashion_mnist.py (ViT, patch 4, hidden 64, 4 layers, gap),
 pre-trained without labels on the 60,000 training images, then fine-tuned:
 
   python trainers/pretrain.py --config=configs/fashion_mnist_masked_patch.py \
@@ -20,12 +20,9 @@ def get_config():
   config.objective = "masked_patch"
   config.masked_patch = dict(target="intensity", bits=3, corruption_rate=0.5,
                              mask_prob=0.8, random_prob=0.1)
+  # Batch 128, cosine decay, weight decay 0.05 and the checkpoint and eval
+  # intervals are configs/fashion_mnist.py's.
   config.total_steps = 1500
-  config.batch_size = 128
   config.learning_rate = 1e-3
   config.warmup_steps = 300
-  config.decay_type = "cosine"
-  config.weight_decay = 0.05
-  config.checkpoint_every = 500
-  config.eval_batch_size = 500
   return config
