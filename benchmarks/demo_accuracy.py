@@ -4,7 +4,8 @@
 
 Trains configs/fashion_mnist.py with --strategy=mirrored --cpu_replicas=2 in a fresh
 run directory (TFRecords are reused), prints accuracy, wall time, images/s and the
-machine load, and writes benchmarks/results/demo_accuracy.json.
+machine load, and writes benchmarks/results/demo_accuracy.json, both naming the machine
+(benchmarks/machine.py: CPU kinds differ up to 4x).
 """
 import json
 import os
@@ -14,8 +15,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import demo  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks.machine import describe, machine_info  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def main(argv):
@@ -24,6 +27,7 @@ def main(argv):
   budget = float(demo._opt(args, "budget_s", "900"))  # pylint: disable=protected-access
   model_dir = tempfile.mkdtemp(prefix="demo_accuracy_")
   load_before = os.getloadavg()
+  machine = machine_info()
   t0 = time.time()
   metrics = demo.main([f"--model_dir={model_dir}", *args])
   wall = time.time() - t0
@@ -34,10 +38,11 @@ def main(argv):
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
             "target": target, "budget_s": budget,
             "passed": metrics["test_accuracy"] >= target and wall <= budget,
-            "extra_flags": args}
+            "extra_flags": args, "machine": machine}
   os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
   with open(os.path.join(ROOT, "benchmarks", "results", "demo_accuracy.json"), "w") as f:
     json.dump(result, f, indent=1)
+  print(describe(machine))
   print(json.dumps(result, indent=1))
   shutil.rmtree(model_dir, ignore_errors=True)
   return 0 if result["passed"] else 1

@@ -7,7 +7,8 @@ hand. A measurement, not a test.
 
 The model is configs/fashion_mnist.py's (patch 4, hidden 96, MLP 192, 3 heads,
 4 layers, GAP, 28x28 px); AdamW with warmup + cosine, no augmentation.
-RUN/model_config.json + RUN/model.weights.h5 + RUN/metrics.json as trainers write.
+RUN/model_config.json + RUN/model.weights.h5 + RUN/metrics.json as trainers write;
+metrics.json also names the machine (benchmarks/machine.py: CPU kinds differ up to 4x).
 """
 import argparse
 import json
@@ -22,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras_vit  # pylint: disable=g-import-not-at-top,wrong-import-position
 from deploy.datasets import read_idx  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks.machine import describe, machine_info  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MODEL = dict(image_size=28, patch_size=4, hidden_size=96, mlp_dim=192, num_heads=3,
              num_layers=4, classifier="gap", num_classes=10)
@@ -45,6 +47,7 @@ def main():
   args = parser.parse_args()
 
   keras.utils.set_random_seed(args.seed)
+  machine = machine_info()
   x_train, y_train = load(args.fashion_mnist_dir, "train")
   x_test, y_test = load(args.fashion_mnist_dir, "t10k")
   model = keras_vit.VisionTransformer(**MODEL, name="vit_fashion_mnist")
@@ -65,9 +68,11 @@ def main():
     json.dump(model.get_config(), f, indent=1)
   metrics = {"step": steps, "test_accuracy": float(accuracy), "eval_loss": float(loss),
              "train_seconds": train_seconds, "epochs": args.epochs,
-             "batch_size": args.batch_size, "source": "benchmarks/fewshot_fashion_mnist.py"}
+             "batch_size": args.batch_size, "source": "benchmarks/fewshot_fashion_mnist.py",
+             "machine": machine}
   with open(os.path.join(args.run_dir, "metrics.json"), "w") as f:
     json.dump(metrics, f, indent=1)
+  print(describe(machine))
   print(json.dumps(metrics))
 
 

@@ -18,7 +18,8 @@ Runs, one after the other (each skipped when WORK/<name>/metrics.json exists):
                  500 steps of 128 images on the same 1,000 examples (warmup 50)
   ft_ssl_adamw,  (--adamw_baseline) that recipe as finetune.py overrides
   ft_scratch_adamw  (ADAMW_FINETUNE), from ssl and from init_random
-Prints a table and writes JSON. Measurements, not pass/fail.
+Prints a table and writes JSON, both naming the machine (benchmarks/machine.py: CPU
+kinds differ up to 4x). Measurements, not pass/fail.
 """
 import json
 import os
@@ -31,6 +32,8 @@ sys.path.insert(0, ROOT)
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+
+from benchmarks.machine import describe, machine_info  # noqa: E402
 
 flags.DEFINE_string("data_dir", None, "tools/make_tfrecords.py --source=fashion_mnist output.")
 flags.DEFINE_string("work_dir", None, "Where the runs go.")
@@ -114,7 +117,8 @@ def main(argv):
     raise app.UsageError("--data_dir and --work_dir are required")
   os.makedirs(FLAGS.work_dir, exist_ok=True)
   n = f"--config.train_examples={FLAGS.train_examples}"
-  results = {"date": time.strftime("%Y-%m-%d"), "train_examples": FLAGS.train_examples}
+  results = {"date": time.strftime("%Y-%m-%d"), "train_examples": FLAGS.train_examples,
+             "machine": machine_info()}
   results["ssl"] = _run("ssl", _trainer("pretrain", "configs/fashion_mnist_masked_patch.py",
                                         "ssl"))
   results["ft_ssl"] = _run("ft_ssl", _trainer(
@@ -143,7 +147,8 @@ def main(argv):
   results["gain_ema"] = ssl_r["test_accuracy"] - scratch_r["test_accuracy"]
   results["gain_raw"] = ssl_r["raw_weights_test_accuracy"] - scratch_r[
       "raw_weights_test_accuracy"]
-  print(f"\nFashion-MNIST test accuracy, {FLAGS.train_examples} labelled training images "
+  print(f"\n{describe(results['machine'])}")
+  print(f"Fashion-MNIST test accuracy, {FLAGS.train_examples} labelled training images "
         "(EMA weights as exported / raw final weights):")
   for r, what in ((ssl_r, "masked-patch pre-trained, fine-tuned "),
                   (scratch_r, "from scratch, same fine-tuning recipe")):

@@ -12,6 +12,7 @@ rotation too: the device's practical peak.
 Backend: KERAS_BACKEND (tensorflow or jax). Libraries that are not installed
 are skipped and recorded as such. FLOPs are analytic (benchmarks/speed_flops.py;
 train step = 3 forwards). Prints a table; --json writes every round's timing.
+Both name the machine (benchmarks/machine.py): CPU kinds differ up to 4x.
 """
 
 import argparse
@@ -28,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import keras  # noqa: E402
 
 from benchmarks import speed_flops, speed_models, speed_runners  # noqa: E402
+from benchmarks.machine import describe, machine_info  # noqa: E402
 from keras_vit.variants import VARIANTS  # noqa: E402
 
 LIBRARIES = ("keras_vit", "keras_vit_explicit", "keras_vit_padded", "keras_hub", "timm", "matmul")
@@ -203,15 +205,18 @@ def main(argv=None):
     images, labels = speed_runners.synthetic_batch(args.batch, args.image_size,
                                                    args.num_classes)
     load_before = _load()
+    machine = machine_info()
+    print(describe(machine), flush=True)
     print(f"{args.variant} {args.image_size}px batch {args.batch} {args.dtype} {args.mode} "
           f"on {keras.backend.backend()}; {forward_flops / 1e9:.1f} GFLOP/image; "
           f"load {load_before}", flush=True)
     runners, skipped = build_runners(args, arch, images, labels)
     results = measure(runners, args, forward_flops)
-    report = {"args": vars(args), "environment": environment(),
+    report = {"args": vars(args), "environment": environment(), "machine": machine,
               "forward_gflops_per_image": forward_flops / 1e9,
               "load_before": load_before, "load_after": _load(),
               "results": results, "skipped": skipped}
+    print(describe(machine))
     print(format_table(results, skipped))
     print(f"load before {load_before}, after {report['load_after']}")
     if args.json:

@@ -12,7 +12,8 @@ images (tools/make_tfrecords.py); the comparison uses the first
 --num_eval_images test images. Latency: per variant (1 and 2 threads) as the
 export tool's report gives it, and all variants interleaved at 1 thread (5
 rounds), which the speed comparison uses. Writes WORK_DIR/summary.json and prints
-a table with the issue's targets. A measurement, not a test: nothing here fails a build.
+a table with the issue's targets, both naming the machine (benchmarks/machine.py: CPU
+kinds differ up to 4x). A measurement, not a test: nothing here fails a build.
 """
 import json
 import os
@@ -29,6 +30,7 @@ from absl import flags  # pylint: disable=wrong-import-position
 import keras  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 
+from benchmarks.machine import describe, machine_info  # pylint: disable=wrong-import-position
 from configs import fashion_mnist  # pylint: disable=wrong-import-position
 from deploy import datasets, interpreter, report, serving, sources, tflite  # pylint: disable=wrong-import-position
 import keras_vit  # pylint: disable=wrong-import-position
@@ -77,6 +79,7 @@ def train_model(run_dir):
 def main(argv):
     del argv
     os.makedirs(FLAGS.work_dir, exist_ok=True)
+    machine = machine_info()
     run_dir = FLAGS.run_dir or os.path.join(FLAGS.work_dir, "run")
     training = {"run_dir": run_dir}
     if not FLAGS.run_dir:
@@ -112,10 +115,10 @@ def main(argv):
         results[name]["interleaved_ms_1_thread"] = ms
     summary = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
                "training": training, "model": model.get_config(), "variants": results,
-               "targets": check_targets(results)}
+               "targets": check_targets(results), "machine": machine}
     with open(os.path.join(FLAGS.work_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
-    print_table(results, summary["targets"])
+    print_table(results, summary["targets"], machine)
 
 
 def check_targets(results):
@@ -139,7 +142,8 @@ def check_targets(results):
     return checks
 
 
-def print_table(results, targets):
+def print_table(results, targets, machine=None):
+    print(describe(machine))
     print("| variant | size (KiB) | vs float32 | top-1 agreement | max abs dprob | "
           "accuracy | ms/image 1 thread | ms/image 2 threads | interleaved ms, 1 thread |")
     print("|---|---|---|---|---|---|---|---|---|")

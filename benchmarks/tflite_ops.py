@@ -19,7 +19,8 @@ fused path exports it), residual_add (x2). Also the machine's int8 capability as
 /proc/cpuinfo reports it (avx512_vnni / avx_vnni / amx: int8 dot products).
 Then the whole model (random weights, `--whole_model`, on by default) converted
 by deploy.tflite as float32 ('none'), full 'int8' and 'int8_matmul', timed
-interleaved (deploy.interpreter.interleaved_latency_ms).
+interleaved (deploy.interpreter.interleaved_latency_ms). The table and the JSON
+name the machine (benchmarks/machine.py: CPU kinds differ up to 4x).
 A measurement, not a test.
 """
 import json
@@ -40,6 +41,7 @@ from keras import ops  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
 
+from benchmarks.machine import describe, machine_info  # pylint: disable=wrong-import-position
 from deploy import interpreter, tflite  # pylint: disable=wrong-import-position
 import keras_vit  # pylint: disable=wrong-import-position
 
@@ -138,6 +140,8 @@ def main(argv):
     tokens = (FLAGS.image_size // patch) ** 2 + 1
     layers = arch["num_layers"]
     rows, totals = {}, {"float32": 0.0, "int8": 0.0}
+    machine = machine_info()
+    print(describe(machine))
     print(f"{FLAGS.variant} at {FLAGS.image_size} px: {tokens} tokens, {layers} blocks, "
           f"{FLAGS.threads} thread(s), interpreter {interpreter.INTERPRETER}")
     print(f"{'kind':15s} {'/block':>6s} {'float32 ms':>10s} {'int8 ms':>8s} {'ratio':>6s} "
@@ -172,7 +176,8 @@ def main(argv):
                        "interpreter": interpreter.INTERPRETER, "kinds": rows,
                        "blocks_total_ms": totals, "cpu_int8_features": features,
                        "whole_model_ms": whole,
-                       "date": time.strftime("%Y-%m-%d")}, handle, indent=1)
+                       "date": time.strftime("%Y-%m-%d"), "machine": machine},
+                      handle, indent=1)
 
 
 if __name__ == "__main__":
