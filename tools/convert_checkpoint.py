@@ -18,6 +18,10 @@ import sys
 from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+
+if __name__ == "__main__":
+  console.setup()  # before TensorFlow is imported: our lines only
 
 import keras_vit  # noqa: E402
 
@@ -65,4 +69,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    console.run_app(main)

@@ -18,6 +18,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+
 FMNIST = "/usr/share/datasets/fashion-mnist"
 
 
@@ -33,7 +36,8 @@ def main(argv):
   args = list(argv)
   data_dir = _opt(args, "data_dir", os.path.join(ROOT, "data", "fashion_mnist"))
   model_dir = _opt(args, "model_dir", os.path.join(ROOT, "runs", "fashion_mnist"))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+  # Each step is a program of ours that prints only its own lines (trainers/console.py).
+  env = console.quiet_environment(dict(os.environ))
   t0 = time.time()
   if not os.path.exists(os.path.join(data_dir, "manifest.json")):
     source = ("fashion_mnist" if os.path.exists(f"{FMNIST}/t10k-labels-idx1-ubyte.gz")

@@ -18,6 +18,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+
+if __name__ == "__main__":
+  console.setup()  # before TensorFlow is imported: our lines only
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
 from absl import app  # pylint: disable=wrong-import-position
@@ -100,4 +104,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    console.run_app(main)

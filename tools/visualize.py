@@ -16,6 +16,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+
+if __name__ == "__main__":
+  console.setup()  # before TensorFlow is imported: our lines only
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -100,4 +104,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run_app(main)

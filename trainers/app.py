@@ -1,11 +1,12 @@
 """Command line shared by trainers/pretrain.py and trainers/finetune.py."""
-import os
 import sys
 
 from absl import app
 from absl import flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
+
+from trainers import console
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "An ml_collections config file "
@@ -49,7 +50,7 @@ def main(mode):
     if mode == "finetune" and not FLAGS.init:
       raise app.UsageError("--init is required: an official .npz, a keras_vit registry "
                            "name, a .weights.h5/.keras file or a pretrain.py RUN directory")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    console.setup()  # again: absl raised its own verbosity to INFO parsing the flags
     # The strategy first: logical CPUs and collectives must be set up before TF starts.
     from trainers import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
     from trainers import input_pipeline  # pylint: disable=g-import-not-at-top

@@ -12,6 +12,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from trainers import console  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+console.setup()  # before TensorFlow is imported: our lines only, a progress bar
+
 from trainers import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 if __name__ == "__main__":
