@@ -24,8 +24,14 @@ data:
 	    || ( $$SUDO apt-get update -q && $$SUDO apt-get install -y -q dataset-fashion-mnist ); \
 	fi
 
+# The numeric tests again with TensorFlow's other CPU kernels (Eigen instead of oneDNN):
+# another summation order on any machine, so that no tolerance is fitted to one.
+NUMERIC_TESTS := tests/test_fidelity.py tests/test_layers.py tests/test_hybrid_layers.py \
+	tests/test_hybrid.py tests/test_fused_attention.py
+
 test: setup data
 	$(PY) -m pytest -q tests
+	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q $(NUMERIC_TESTS)
 
 demo: setup data
 	$(PY) tools/demo.py

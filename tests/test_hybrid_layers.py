@@ -4,12 +4,15 @@ import keras
 import numpy as np
 import pytest
 
+import float_bounds as fb
 import numpy_resnet as ref
 from keras_vit.layers.group_norm import group_norm
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStage, ResNetStem
 from keras_vit.layers.std_conv import StdConv2D
 
-ATOL = 2e-5  # float32 layers vs float64 NumPy on O(1) activations
+# Each float32 layer is checked against the float64 reference element by element,
+# within the bound that the layer's own computation implies (tests/float_bounds.py):
+# no tolerance fitted to one CPU's summation order.
 
 
 def _np(x):
@@ -25,9 +28,9 @@ def test_std_conv_matches_numpy(rng, size, kernel, stride):
     w = (rng.standard_normal(layer.kernel.shape) * 0.3 + 0.2).astype(np.float32)
     layer.kernel.assign(w)
     y = _np(layer(x))
-    expected = ref.std_conv(x.astype(np.float64), w.astype(np.float64), stride)
+    expected, bound = fb.std_conv(x.astype(np.float64), np.zeros(x.shape), w, stride)
     assert y.shape == expected.shape == layer.compute_output_shape(x.shape)
-    np.testing.assert_allclose(y, expected, atol=ATOL, rtol=0)
+    fb.assert_within(y, expected, bound, "StdConv2D")
 
 
 def test_std_conv_standardises_per_output_channel(rng):
@@ -78,8 +81,8 @@ def test_group_norm_matches_numpy(rng, channels, zero_scale):
     bias = rng.standard_normal(channels).astype(np.float32)
     layer.gamma.assign(scale)
     layer.beta.assign(bias)
-    expected = ref.group_norm(x.astype(np.float64), scale, bias)
-    np.testing.assert_allclose(_np(layer(x)), expected, atol=ATOL, rtol=0)
+    expected, bound = fb.group_norm(x.astype(np.float64), np.zeros(x.shape), scale, bias)
+    fb.assert_within(_np(layer(x)), expected, bound, "GroupNorm")
 
 
 def test_group_norm_epsilon_is_1e_6():
@@ -120,11 +123,13 @@ def test_unit_matches_numpy(rng, size, stride, in_channels):
         p[f"u/{norm.name}/bias"] = (0.2 * rng_p.standard_normal(norm.beta.shape)).astype(
             np.float32)
     _load_unit(unit, p, "u")
-    expected = ref.unit(x.astype(np.float64), {k: v.astype(np.float64) for k, v in p.items()},
-                        "u", features, stride)
+    p64 = {k: v.astype(np.float64) for k, v in p.items()}
+    expected = ref.unit(x.astype(np.float64), p64, "u", features, stride)
+    value, bound = fb.unit(x.astype(np.float64), np.zeros(x.shape), p64, "u", features, stride)
+    np.testing.assert_allclose(value, expected, rtol=1e-12, atol=1e-12)  # the same function
     y = _np(unit(x))
     assert y.shape == expected.shape == unit.compute_output_shape(x.shape)
-    np.testing.assert_allclose(y, expected, atol=ATOL, rtol=0)
+    fb.assert_within(y, expected, bound, "BottleneckUnit")
 
 
 def test_fresh_unit_is_identity_before_relu(rng):
@@ -147,14 +152,20 @@ def test_stem_and_stage_match_numpy(rng, size):
     stage.build(expected[1].shape)
     for u, unit in enumerate(stage.units, 1):
         _load_unit(unit, params, f"block2/unit{u}")
+    p64 = {k: np.asarray(v, np.float64) for k, v in params.items()}
     y_stem = _np(stem(x))
     assert y_stem.shape == expected[0].shape == stem.compute_output_shape(x.shape)
-    np.testing.assert_allclose(y_stem, expected[0], atol=ATOL, rtol=0)
+    value, bound = fb.stem(x.astype(np.float64), np.zeros(x.shape), p64)
+    np.testing.assert_allclose(value, expected[0], rtol=1e-12, atol=1e-12)
+    fb.assert_within(y_stem, expected[0], bound, "ResNetStem")
     # block2 on the reference's block1 output (block1 is covered by the unit test).
     block1 = expected[1].astype(np.float32)
     y = _np(stage(block1))
     assert y.shape == expected[2].shape == stage.compute_output_shape(block1.shape)
-    np.testing.assert_allclose(y, expected[2], atol=ATOL, rtol=0)
+    value, bound = block1.astype(np.float64), np.zeros(block1.shape)
+    for u in range(1, 3):
+        value, bound = fb.unit(value, bound, p64, f"block2/unit{u}", 128, 2 if u == 1 else 1)
+    fb.assert_within(y, value, bound, "ResNetStage")
 
 
 @pytest.mark.parametrize("layer", [

@@ -3,6 +3,9 @@
 import keras
 import numpy as np
 import pytest
+import scipy.special
+
+import float_bounds as fb
 
 from keras_vit import layers
 
@@ -61,10 +64,14 @@ def test_patch_embedding_is_row_major_flatten(rng):
     y = keras.ops.convert_to_numpy(layer(x))
     kernel = keras.ops.convert_to_numpy(layer.kernel).reshape(18, 5)
     bias = keras.ops.convert_to_numpy(layer.bias)
+    kernel, bias = kernel.astype(np.float64), bias.astype(np.float64)
     for r in range(2):
         for c in range(3):
-            patch = x[0, 2 * r:2 * r + 2, 3 * c:3 * c + 3].reshape(-1)
-            np.testing.assert_allclose(y[0, r * 3 + c], patch @ kernel + bias, atol=1e-5)
+            patch = x[0, 2 * r:2 * r + 2, 3 * c:3 * c + 3].reshape(-1).astype(np.float64)
+            # 18 products and the bias: one float32 sum of 19 terms.
+            fb.assert_within(y[0, r * 3 + c], patch @ kernel + bias,
+                             fb.sum_bound(np.abs(patch) @ np.abs(kernel) + np.abs(bias), 19),
+                             f"patch ({r}, {c})")
 
 
 def test_patch_embedding_rejects_non_multiple():
@@ -100,9 +107,25 @@ def test_mlp_uses_tanh_gelu_by_default(rng):
     mlp(x)
     k0, b0, k1, b1 = (keras.ops.convert_to_numpy(w) for w in
                       (mlp.dense_0.kernel, mlp.dense_0.bias, mlp.dense_1.kernel, mlp.dense_1.bias))
+    k0, b0, k1, b1 = (w.astype(np.float64) for w in (k0, b0, k1, b1))
+    x = x.astype(np.float64)
     h = x @ k0 + b0
-    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(mlp(x)), h @ k1 + b1, atol=1e-5)
+    e_h = fb.sum_bound(np.abs(x) @ np.abs(k0) + np.abs(b0), 5)
+    z = np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)
+    gelu = 0.5 * h * (1 + np.tanh(z))
+    # Through GELU: |GELU'| <= 1.13 carries e_h; its own rounding is bounded by that of
+    # tanh (a vectorised tanh is within 4 ulp = 8u, plus 4u|z| from z's own roundings,
+    # damped by tanh's slope 1 - tanh^2), scaled by 0.5|h|, and a few u of |h| for the
+    # polynomial and the products: 0.5|h|(8u + 4u|z|(1 - tanh^2 z)) + 4u|h|.
+    e_gelu = 1.13 * e_h + 0.5 * np.abs(h) * fb.U * (8 + 4 * np.abs(z) * (1 - np.tanh(z) ** 2)) \
+        + 4 * fb.U * np.abs(h)
+    expected = gelu @ k1 + b1
+    bound = fb.sum_bound(np.abs(gelu) @ np.abs(k1) + np.abs(b1), 7) + e_gelu @ np.abs(k1)
+    fb.assert_within(keras.ops.convert_to_numpy(mlp(x.astype("float32"))), expected, bound,
+                     "MlpBlock")
+    # The exact (erf) GELU is another function: its output is far outside the bound.
+    erf_gelu = 0.5 * h * (1 + scipy.special.erf(h / np.sqrt(2)))
+    assert np.abs(erf_gelu @ k1 + b1 - expected).max() > 10 * bound.max()
 
 
 def test_layer_norm_epsilon_and_initialisers():
