@@ -19,6 +19,12 @@ matched here, step by step:
 
 big_vision reports each seed separately; `evaluate` also gives mean and std.
 Everything here is numpy; `extract_features` runs a Keras model on any backend.
+
+Only the k-shot images matter on the train side: `needed_indices` gives the union of
+every seed's k-shot sets (at most max(shots) x classes x seeds indices), computed from
+the labels alone, and `evaluate(..., train_indices=needed)` takes train features
+for just those examples (the same k-shot sets, the same classifiers, the same
+accuracies as with features of the whole split).
 """
 
 import keras
@@ -170,40 +176,99 @@ def fewshot_indices(labels, shots, num_classes, seed):
     return {k: np.concatenate([idx[:k] for idx in per_class]) for k in shots}
 
 
-def evaluate(train_features, train_labels, test_features, test_labels, shots=DEFAULT_SHOTS,
-             num_seeds=3, l2=DEFAULT_L2, num_classes=None):
-    """Few-shot accuracies on `test` of ridge classifiers fit on k-shot subsets
-    of `train`, for each k in `shots` and seeds 0 .. num_seeds-1.
+def needed_indices(labels, shots, num_classes, num_seeds):
+    """The train examples whose features `evaluate` reads: the sorted union of the
+    k-shot sets of every k in `shots` and seeds 0 .. num_seeds-1
+    (`fewshot_indices`), from the labels alone.
 
     Args:
-        train_features, test_features: (N, D) and (M, D) frozen features.
-        train_labels, test_labels: (N,) and (M,) ints.
-        shots: examples per class.
-        num_seeds: number of random k-shot draws.
-        l2: ridge strength (big_vision: 2**10).
-        num_classes: default: 1 + the largest label seen.
+        labels: (N,) ints, the labels of the whole train split.
+        shots, num_classes, num_seeds: as for `evaluate`.
     Returns:
-        {k: {'mean': float, 'std': float, 'per_seed': [acc, ...]}}, accuracies
-        in [0, 1], std over seeds (population, ddof=0).
+        (M,) int64 indices into the train split, sorted and unique, M <=
+        max(shots) * num_classes * num_seeds. Features computed for these
+        examples, in this order, are `evaluate`'s `train_features` with
+        `train_indices` = these indices.
     """
-    train_features, test_features = np.asarray(train_features), np.asarray(test_features)
-    train_labels = np.asarray(train_labels).reshape(-1)
-    test_labels = np.asarray(test_labels).reshape(-1)
-    if len(train_features) != len(train_labels) or len(test_features) != len(test_labels):
-        raise ValueError(f"evaluate: {len(train_features)} train features vs "
-                         f"{len(train_labels)} labels, {len(test_features)} test features "
-                         f"vs {len(test_labels)} labels.")
-    if num_classes is None:
-        num_classes = int(max(train_labels.max(), test_labels.max())) + 1
+    labels = np.asarray(labels).reshape(-1)
+    shots, num_seeds = _check_shots_and_seeds(shots, num_seeds)
+    draws = [idx for seed in range(num_seeds)
+             for idx in fewshot_indices(labels, shots, num_classes, seed).values()]
+    return np.unique(np.concatenate(draws).astype(np.int64))
+
+
+def _check_shots_and_seeds(shots, num_seeds):
     if num_seeds < 1:
         raise ValueError(f"num_seeds must be >= 1, got {num_seeds}.")
     shots = tuple(int(k) for k in shots)
     if not shots or min(shots) < 1:
         raise ValueError(f"shots must be positive integers, got {shots}.")
+    return shots, int(num_seeds)
+
+
+def _feature_rows(train_indices, num_train):
+    """A function mapping train-split indices to rows of the subset's features."""
+    if train_indices is None:
+        return lambda idx: idx
+    train_indices = np.asarray(train_indices, np.int64).reshape(-1)
+    if len(train_indices) and (train_indices.min() < 0 or train_indices.max() >= num_train):
+        raise ValueError(f"evaluate: train_indices must be in [0, {num_train}) (the train "
+                         f"labels), got [{train_indices.min()}, {train_indices.max()}].")
+    row_of = np.full(num_train, -1, np.int64)
+    row_of[train_indices] = np.arange(len(train_indices))
+    if np.count_nonzero(row_of >= 0) != len(train_indices):
+        raise ValueError("evaluate: train_indices has repeated indices.")
+
+    def rows(idx):
+        found = row_of[idx]
+        if (found < 0).any():
+            raise ValueError(f"evaluate: the k-shot sets need train examples "
+                             f"{idx[found < 0][:5].tolist()}..., which are not in "
+                             "train_indices (use needed_indices).")
+        return found
+    return rows
+
+
+def evaluate(train_features, train_labels, test_features, test_labels, shots=DEFAULT_SHOTS,
+             num_seeds=3, l2=DEFAULT_L2, num_classes=None, train_indices=None):
+    """Few-shot accuracies on `test` of ridge classifiers fit on k-shot subsets
+    of `train`, for each k in `shots` and seeds 0 .. num_seeds-1.
+
+    Args:
+        train_features, test_features: (N, D) and (M, D) frozen features; with
+            `train_indices`, train_features is (len(train_indices), D): row j
+            holds the features of train example train_indices[j].
+        train_labels, test_labels: (N,) and (M,) ints; train_labels always cover
+            the whole train split (the k-shot sets are drawn from them).
+        shots: examples per class.
+        num_seeds: number of random k-shot draws.
+        l2: ridge strength (big_vision: 2**10).
+        num_classes: default: 1 + the largest label seen.
+        train_indices: None (features of every train example) or the indices the
+            train features belong to, e.g. `needed_indices(train_labels, shots,
+            num_classes, num_seeds)`; it must contain every k-shot index.
+    Returns:
+        {k: {'mean': float, 'std': float, 'per_seed': [acc, ...]}}, accuracies
+        in [0, 1], std over seeds (population, ddof=0). The same with and
+        without `train_indices` for the same features.
+    """
+    train_features, test_features = np.asarray(train_features), np.asarray(test_features)
+    train_labels = np.asarray(train_labels).reshape(-1)
+    test_labels = np.asarray(test_labels).reshape(-1)
+    num_rows = len(train_labels) if train_indices is None else len(train_indices)
+    if len(train_features) != num_rows or len(test_features) != len(test_labels):
+        what = "labels" if train_indices is None else "train_indices"
+        raise ValueError(f"evaluate: {len(train_features)} train features vs "
+                         f"{num_rows} {what}, {len(test_features)} test features "
+                         f"vs {len(test_labels)} labels.")
+    if num_classes is None:
+        num_classes = int(max(train_labels.max(), test_labels.max())) + 1
+    shots, num_seeds = _check_shots_and_seeds(shots, num_seeds)
+    rows = _feature_rows(train_indices, len(train_labels))
     per_seed = {k: [] for k in shots}
     for seed in range(num_seeds):
         for k, idx in fewshot_indices(train_labels, shots, num_classes, seed).items():
-            classifier = RidgeClassifier(train_features[idx], train_labels[idx],
+            classifier = RidgeClassifier(train_features[rows(idx)], train_labels[idx],
                                          num_classes, l2)
             per_seed[k].append(classifier.accuracy(test_features, test_labels))
     return {k: {"mean": float(np.mean(a)), "std": float(np.std(a)), "per_seed": a}

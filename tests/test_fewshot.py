@@ -127,3 +127,46 @@ def test_padding_is_dropped_and_token_features_need_a_class_token():
     np.testing.assert_array_equal(labels, [0, 1, 0])
     with pytest.raises(ValueError, match="no class token"):
         fewshot.feature_model(model, "token")
+
+
+# -- only the k-shot train examples ------------------------------------------------
+
+def test_needed_indices_are_the_union_of_every_seeds_kshot_sets(rng):
+    labels = rng.integers(0, 5, size=300)
+    labels[labels == 4] = 3  # class 4 empty: contributes nothing
+    needed = fewshot.needed_indices(labels, (1, 5, 10), num_classes=5, num_seeds=3)
+    union = set()
+    for seed in range(3):
+        for idx in fewshot.fewshot_indices(labels, (1, 5, 10), 5, seed).values():
+            union |= set(idx.tolist())
+    assert needed.tolist() == sorted(union)
+    assert needed.dtype == np.int64 and len(needed) <= 10 * 5 * 3
+
+
+def test_evaluate_on_the_needed_features_equals_evaluate_on_all(rng):
+    train = clusters(rng, rng.normal(size=(4, 8)), per_class=40, spread=2.0)
+    test = clusters(rng, rng.normal(size=(4, 8)), per_class=20, spread=2.0)
+    order = rng.permutation(160)
+    train = train[0][order], train[1][order]
+    full = fewshot.evaluate(*train, *test, shots=(1, 3, 8), num_seeds=3)
+    needed = fewshot.needed_indices(train[1], (1, 3, 8), num_classes=4, num_seeds=3)
+    assert len(needed) < 160
+    subset = fewshot.evaluate(train[0][needed], train[1], *test, shots=(1, 3, 8), num_seeds=3,
+                              train_indices=needed)
+    assert subset == full
+    # Any order of the rows works as long as train_indices says which is which.
+    shuffled = rng.permutation(len(needed))
+    again = fewshot.evaluate(train[0][needed[shuffled]], train[1], *test, shots=(1, 3, 8),
+                             num_seeds=3, train_indices=needed[shuffled])
+    for k in full:
+        np.testing.assert_allclose(again[k]["per_seed"], full[k]["per_seed"])
+
+
+def test_evaluate_names_missing_train_indices():
+    labels = np.arange(20) % 2
+    features = np.random.default_rng(0).normal(size=(20, 3))
+    with pytest.raises(ValueError, match="not in train_indices"):
+        fewshot.evaluate(features[:2], labels, features, labels, shots=(5,), num_seeds=1,
+                         train_indices=[0, 1])
+    with pytest.raises(ValueError, match="3 train features vs 2 train_indices"):
+        fewshot.evaluate(features[:3], labels, features, labels, train_indices=[0, 1])

@@ -6,7 +6,15 @@ test split, mean ± std over seeds.
   python tools/fewshot.py --run_dir=RUN --data_dir=DATA --shots=1,5,10,25
   python tools/fewshot.py --model=ViT_B16 --weights=imagenet21k --data_dir=DATA
 
-Prints one line per shot count and writes --output_json when given.
+Only the k-shot images are read through the model on the train side: the train
+labels are read first (no image decoding), the k-shot sets of every seed drawn from
+them, and features computed for their union only, at most max(shots) x classes x
+seeds images (25 x 10 x 3 = 750 of Fashion-MNIST's 60,000); the test split is
+extracted in full (up to --max_test_examples). See trainers/fewshot_callback.py.
+
+Prints our lines only (trainers/console.py; KERAS_VIT_VERBOSITY=library for the
+libraries' output), a progress bar per feature extraction on stderr, one line per
+shot count, and writes --output_json when given.
 """
 import json
 import os
@@ -14,6 +22,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from trainers import console  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+if __name__ == "__main__":
+  console.setup()  # before TensorFlow is imported
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -52,12 +65,14 @@ def run(model, data_dir, batch_size=256, **options):
           "num_seeds": evaluator.options["num_seeds"],
           "max_train_examples": evaluator.options["max_train_examples"],
           "max_test_examples": evaluator.options["max_test_examples"],
+          "examples_extracted": dict(evaluator.examples_extracted),
           "seconds": round(time.perf_counter() - start, 1)}
   return results, info
 
 
 def main(argv):
   del argv
+  console.setup()  # again: absl raised its own verbosity while parsing the flags
   try:
     model = inspect_io.load_model_from_flags()
     if not FLAGS.data_dir:
@@ -72,8 +87,9 @@ def main(argv):
   except (ValueError, FileNotFoundError) as e:
     raise app.UsageError(str(e))
   from keras_vit import fewshot  # pylint: disable=g-import-not-at-top
+  images = " + ".join(f"{n} {split}" for split, n in info["examples_extracted"].items())
   print(f"few-shot, {info['representation']} features, {info['num_classes']} classes, "
-        f"l2 {info['l2']:g}, {info['seconds']} s:")
+        f"l2 {info['l2']:g}, {images} images, {info['seconds']} s:")
   print(fewshot.format_results(results))
   if FLAGS.output_json:
     with open(FLAGS.output_json, "w") as f:
