@@ -41,6 +41,8 @@ class VisionTransformer(keras.Model):
             differs from the checkpoint's gives a fresh zero-initialised head.
         include_top: whether to add the head.
         dropout_rate, attention_dropout_rate: dropout rates.
+        stochastic_depth_rate: stochastic depth of the last encoder block, rising
+            linearly from 0 at the first (AugReg, DeiT); training only.
         weights: None, a registry name ('imagenet21k', ... see
             `keras_vit.checkpoint.registry`), or a path to an official `.npz`,
             a `.keras` or a `.weights.h5` file.
@@ -57,7 +59,7 @@ class VisionTransformer(keras.Model):
                  num_heads=12, num_layers=12, classifier=None,
                  representation_size=_FROM_WEIGHTS, num_classes=None, include_top=True,
                  dropout_rate=0.0, attention_dropout_rate=0.0, weights=None,
-                 name="vit", dtype=None, resnet=None, **kwargs):
+                 name="vit", dtype=None, resnet=None, stochastic_depth_rate=0.0, **kwargs):
         from keras_vit.checkpoint import loader  # deferred: loader imports this module
 
         resnet = resnet_spec(resnet)
@@ -89,7 +91,7 @@ class VisionTransformer(keras.Model):
             grid_size, num_layers, num_heads, mlp_dim,
             num_prefix_tokens=1 if classifier == "token" else 0,
             dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-            name="Transformer", dtype=dtype)(x)
+            stochastic_depth_rate=stochastic_depth_rate, name="Transformer", dtype=dtype)(x)
         x = vit_layers.TokenPooling(classifier, name="pool", dtype=dtype)(x)
         if representation_size:
             x = keras.layers.Dense(representation_size, activation="tanh",
@@ -113,6 +115,7 @@ class VisionTransformer(keras.Model):
         self.include_top = bool(include_top)
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
+        self.stochastic_depth_rate = float(stochastic_depth_rate)
         self.resnet = resnet
         self._dtype_arg = dtype
         if source is not None:
@@ -189,6 +192,7 @@ class VisionTransformer(keras.Model):
             "include_top": self.include_top,
             "dropout_rate": self.dropout_rate,
             "attention_dropout_rate": self.attention_dropout_rate,
+            "stochastic_depth_rate": self.stochastic_depth_rate,
         }
         if self.resnet is not None:
             config["resnet"] = {"num_layers": list(self.resnet["num_layers"]),

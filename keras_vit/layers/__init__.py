@@ -11,9 +11,10 @@ from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStage, ResNetStem
 from keras_vit.layers.std_conv import StdConv2D
+from keras_vit.layers.stochastic_depth import StochasticDepth
 
 __all__ = [
     "BottleneckUnit", "ClassToken", "Encoder", "EncoderBlock", "MlpBlock",
     "MultiHeadSelfAttention", "PatchCorruption", "PatchEmbedding", "PositionEmbedding",
-    "ResNetStage", "ResNetStem", "StdConv2D", "TokenPooling", "resize_position_embedding",
+    "ResNetStage", "ResNetStem", "StdConv2D", "StochasticDepth", "TokenPooling", "resize_position_embedding",
 ]

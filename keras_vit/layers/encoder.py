@@ -4,6 +4,7 @@ import keras
 
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
 from keras_vit.layers.position_embedding import PositionEmbedding
+from keras_vit.layers.stochastic_depth import linear_rates
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -23,11 +24,14 @@ class Encoder(keras.layers.Layer):
         num_prefix_tokens: 1 with a class token, else 0.
         num_layers, num_heads, mlp_dim, dropout_rate, attention_dropout_rate:
             as in the paper's Table 1 and Appendix B.
+        stochastic_depth_rate: the last block's drop rate; block i drops its
+            branches with rate * i / (num_layers - 1) (0 for the first block).
     """
 
     def __init__(self, grid_size, num_layers, num_heads, mlp_dim, num_prefix_tokens=1,
                  dropout_rate=0.0, attention_dropout_rate=0.0,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, approximate_gelu=True, **kwargs):
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, approximate_gelu=True,
+                 stochastic_depth_rate=0.0, **kwargs):
         super().__init__(**kwargs)
         self.grid_size = tuple(int(g) for g in grid_size)
         self.num_layers = int(num_layers)
@@ -38,6 +42,7 @@ class Encoder(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.approximate_gelu = bool(approximate_gelu)
+        self.stochastic_depth_rate = float(stochastic_depth_rate)
         policy = self.dtype_policy  # sub-layers compute as the encoder does
         self.position_embedding = PositionEmbedding(
             self.grid_size, self.num_prefix_tokens, name="posembed_input", dtype=policy)
@@ -47,8 +52,9 @@ class Encoder(keras.layers.Layer):
                          attention_dropout_rate=self.attention_dropout_rate,
                          layer_norm_epsilon=self.layer_norm_epsilon,
                          approximate_gelu=self.approximate_gelu,
+                         stochastic_depth_rate=rate,
                          name=f"encoderblock_{i}", dtype=policy)
-            for i in range(self.num_layers)
+            for i, rate in enumerate(linear_rates(self.stochastic_depth_rate, self.num_layers))
         ]
         self.encoder_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=policy)
@@ -89,5 +95,6 @@ class Encoder(keras.layers.Layer):
             "attention_dropout_rate": self.attention_dropout_rate,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "approximate_gelu": self.approximate_gelu,
+            "stochastic_depth_rate": self.stochastic_depth_rate,
         })
         return config

@@ -4,13 +4,17 @@ import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.stochastic_depth import StochasticDepth
 
 LAYER_NORM_EPSILON = 1e-6  # Flax's default, used by the official model.
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class EncoderBlock(keras.layers.Layer):
-    """x = x + Dropout(MSA(LN(x))); x = x + MLP(LN(x)).
+    """x = x + Drop(Dropout(MSA(LN(x)))); x = x + Drop(MLP(LN(x))).
+
+    `Drop` is stochastic depth (`stochastic_depth_rate`, default 0: none): each
+    example's branch is dropped with that probability in training.
 
     Input shape: (batch, tokens, hidden). Output shape: the same; with
     `return_attention_weights=True` also the weights (batch, heads, tokens, tokens).
@@ -20,7 +24,8 @@ class EncoderBlock(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, approximate_gelu=True, **kwargs):
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, approximate_gelu=True,
+                 stochastic_depth_rate=0.0, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
@@ -28,7 +33,10 @@ class EncoderBlock(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.approximate_gelu = bool(approximate_gelu)
+        self.stochastic_depth_rate = float(stochastic_depth_rate)
         policy = self.dtype_policy  # sub-layers compute as the block does
+        self.drop_path = StochasticDepth(self.stochastic_depth_rate, name="drop_path",
+                                         dtype=policy)
         self.norm_1 = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
         self.attention = MultiHeadSelfAttention(
@@ -49,8 +57,8 @@ class EncoderBlock(keras.layers.Layer):
         y = self.norm_1(x)
         y, weights = self.attention(y, training=training, return_attention_weights=True) \
             if return_attention_weights else (self.attention(y, training=training), None)
-        x = x + self.dropout(y, training=training)
-        x = x + self.mlp(self.norm_2(x), training=training)
+        x = x + self.drop_path(self.dropout(y, training=training), training=training)
+        x = x + self.drop_path(self.mlp(self.norm_2(x), training=training), training=training)
         if return_attention_weights:
             return x, weights
         return x
@@ -65,5 +73,6 @@ class EncoderBlock(keras.layers.Layer):
             "attention_dropout_rate": self.attention_dropout_rate,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "approximate_gelu": self.approximate_gelu,
+            "stochastic_depth_rate": self.stochastic_depth_rate,
         })
         return config
