@@ -82,3 +82,50 @@ def test_unknown_source_and_missing_files(tmp_path):
     make_tfrecords.get_source("bogus")
   with pytest.raises(FileNotFoundError, match="dataset-fashion-mnist"):
     make_tfrecords.get_source("fashion_mnist", fashion_mnist_dir=str(tmp_path))
+
+
+def _two_class_tree(root, junk=()):
+  for c, cls in enumerate(("cat", "dog")):
+    (root / cls).mkdir(parents=True)
+    for i in range(2):
+      img = np.full((4, 4, 3), 30 * i + c, np.uint8)
+      (root / cls / f"{i}.png").write_bytes(tf.io.encode_png(img).numpy())
+  for name in junk:
+    (root / name).write_bytes(b"junk\n")
+
+
+def test_undecodable_image_is_skipped_counted_and_named(tmp_path):
+  root = tmp_path / "images"
+  _two_class_tree(root, junk=["cat/x.jpg"])
+  r = subprocess.run([sys.executable, "tools/make_tfrecords.py", f"--source=folder:{root}",
+                      f"--output_dir={tmp_path / 'out'}", "--noprogress"],
+                     cwd=testing.ROOT, capture_output=True, text=True, env=testing.env())
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert f"skipping {root / 'cat' / 'x.jpg'}: not a decodable image (5 bytes)" in r.stderr
+  assert "train: 4 (1 skipped)" in r.stdout
+  split = json.loads((tmp_path / "out" / "manifest.json").read_text())["splits"]["train"]
+  assert split["count"] == 4 and split["skipped"] == 1
+  assert split["skipped_examples"] == [str(root / "cat" / "x.jpg")]
+  ds = ip.eval_dataset(str(tmp_path / "out"), split="train", batch_size=8, image_size=4,
+                       num_classes=2)
+  _, labels, weights = next(iter(ds))  # padded to the batch with weight 0
+  assert sorted(labels.numpy()[weights.numpy() > 0].tolist()) == [0, 0, 1, 1]
+
+
+def test_strict_makes_an_undecodable_image_fatal(tmp_path):
+  root = tmp_path / "images"
+  _two_class_tree(root, junk=["dog/bad.png"])
+  r = subprocess.run([sys.executable, "tools/make_tfrecords.py", f"--source=folder:{root}",
+                      f"--output_dir={tmp_path / 'out'}", "--strict", "--noprogress"],
+                     cwd=testing.ROOT, capture_output=True, text=True, env=testing.env())
+  assert r.returncode == 2
+  assert f"error: {root / 'dog' / 'bad.png'}: not a decodable image" in r.stderr
+
+
+def test_one_class_folder_is_an_error(tmp_path):
+  root = tmp_path / "images"
+  (root / "cat").mkdir(parents=True)
+  (root / "cat" / "0.png").write_bytes(tf.io.encode_png(np.zeros((4, 4, 3), np.uint8)).numpy())
+  with pytest.raises(ValueError, match=r"1 class folder\(s\) \['cat'\]; a classifier needs "
+                                       r"at least two"):
+    make_tfrecords.folder_source(str(root))

@@ -15,6 +15,7 @@ written in sorted (folder) or source order, shards are contiguous slices.
 """
 import gzip
 import json
+import logging
 import os
 import struct
 import sys
@@ -22,6 +23,9 @@ import sys
 from absl import app
 from absl import flags
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("source", "fashion_mnist",
@@ -34,10 +38,19 @@ flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for --source=tfds:.")
 flags.DEFINE_list("splits", None, "Splits to write (default: all the source has).")
 flags.DEFINE_integer("max_examples", None, "Keep the first N of each split (tests).")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
+flags.DEFINE_bool("strict", False, "An image that does not decode is fatal (default: "
+                  "skipped, counted in the manifest and named in a warning).")
 
 FASHION_MNIST_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                          "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")
+MAX_NAMED_SKIPS = 100  # the manifest names at most this many skipped examples per split
+
+log = logging.getLogger("tools")
+
+
+class DataError(ValueError):
+  """An image that does not decode, under --strict."""
 
 
 def _tf():
@@ -98,8 +111,10 @@ def folder_source(root):
     split_dirs = {"train": root}
   class_names = sorted({c for d in split_dirs.values() for c in os.listdir(d)
                         if os.path.isdir(os.path.join(d, c))})
-  if not class_names:
-    raise ValueError(f"--source=folder:{root}: no class subfolders found")
+  if len(class_names) < 2:
+    raise ValueError(f"--source=folder:{root}: {len(class_names)} class folder(s) "
+                     f"{class_names}; a classifier needs at least two "
+                     f"(expected {root}/[split/]CLASS_NAME/*.jpg)")
   index = {c: i for i, c in enumerate(class_names)}
   splits = {}
   for split, d in split_dirs.items():
@@ -110,7 +125,7 @@ def folder_source(root):
     def gen(files=files):
       for path, label in files:
         with open(path, "rb") as f:
-          yield f.read(), label
+          yield f.read(), label, path
     splits[split] = (len(files), gen())
   return splits, class_names, False
 
@@ -149,36 +164,65 @@ def get_source(source, fashion_mnist_dir="/usr/share/datasets/fashion-mnist",
   raise ValueError(f"--source={source!r}: expected fashion_mnist, folder:PATH or tfds:NAME")
 
 
-def write_split(output_dir, split, count, examples, examples_per_shard, progress=True):
+def decodes(encoded):
+  """Whether `encoded` is an image TensorFlow decodes (PNG, JPEG, GIF, BMP)."""
+  tf = _tf()
+  try:
+    tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    return True
+  except (tf.errors.InvalidArgumentError, tf.errors.UnknownError, ValueError):
+    return False
+
+
+def write_split(output_dir, split, count, examples, examples_per_shard, progress=True,
+                strict=False):
+  """Writes one split's shards; every image is decoded first, and one that does not
+  decode is skipped (counted, named in the manifest and a warning) or, with `strict`,
+  fatal. `examples` yields (encoded, labels) or (encoded, labels, name)."""
   tf = _tf()
   num_shards = max(1, -(-count // examples_per_shard))
   per_shard = -(-count // num_shards)
-  shards, written = [], 0
+  shards, written, skipped = [], 0, []
   bar = None
   if progress:
-    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-    bar = tqdm(total=count, desc=split, unit="img", file=sys.stderr, mininterval=2.0)
+    bar = console.Progress(count, f"writing {split}", unit="image")
   examples = iter(examples)
   for s in range(num_shards):
     name = f"{split}-{s:05d}-of-{num_shards:05d}.tfrecord"
     n = 0
     with tf.io.TFRecordWriter(os.path.join(output_dir, name)) as w:
-      for encoded, labels in examples:
+      for encoded, labels, *ident in examples:
+        if not decodes(encoded):
+          what = ident[0] if ident else f"{split} example {written + n + len(skipped)}"
+          if strict:
+            raise DataError(f"{what}: not a decodable image ({len(encoded)} bytes); "
+                            "remove it, or drop --strict to skip such files")
+          log.warning("skipping %s: not a decodable image (%d bytes)", what, len(encoded))
+          skipped.append(what)
+          if bar:
+            bar.update(1)
+          continue
         w.write(make_example(encoded, labels))
         n += 1
         if bar:
-          bar.update(1)
+          bar.update(1)  # pylint: disable=no-member
         if n == per_shard:
           break
     shards.append({"file": name, "count": n})
     written += n
   if bar:
     bar.close()
-  return {"count": written, "shards": shards}
+  result = {"count": written, "shards": shards}
+  if skipped:
+    result["skipped"] = len(skipped)
+    result["skipped_examples"] = skipped[:MAX_NAMED_SKIPS]
+    log.warning("%s: skipped %d of %d examples that are not decodable images", split,
+                len(skipped), written + len(skipped))
+  return result
 
 
 def make_tfrecords(source, output_dir, examples_per_shard=10000, splits=None,
-                   max_examples=None, progress=True, **source_kwargs):
+                   max_examples=None, progress=True, strict=False, **source_kwargs):
   """Writes the shards and manifest; returns the manifest dict.
 
   `source` is a name as for --source, or a tuple (splits, class_names, multi_label)
@@ -188,7 +232,8 @@ def make_tfrecords(source, output_dir, examples_per_shard=10000, splits=None,
     split_sources, class_names, multi_label = get_source(source, **source_kwargs)
   else:
     split_sources, class_names, multi_label = source
-    split_sources = {k: (n, ((e if isinstance(e, bytes) else encode_png(e), l) for e, l in it))
+    split_sources = {k: (n, ((e if isinstance(e, bytes) else encode_png(e), l, *rest)
+                             for e, l, *rest in it))
                      for k, (n, it) in split_sources.items()}
     source = "arrays"
   os.makedirs(output_dir, exist_ok=True)
@@ -204,7 +249,7 @@ def make_tfrecords(source, output_dir, examples_per_shard=10000, splits=None,
       count = min(count, max_examples)
       examples = (e for _, e in zip(range(count), examples))
     manifest["splits"][split] = write_split(output_dir, split, count, examples,
-                                            examples_per_shard, progress)
+                                            examples_per_shard, progress, strict)
   with open(os.path.join(output_dir, "manifest.json"), "w") as f:
     json.dump(manifest, f, indent=1)
   return manifest
@@ -214,13 +259,19 @@ def main(argv):
   del argv
   if not FLAGS.output_dir:
     raise app.UsageError("--output_dir is required")
-  manifest = make_tfrecords(FLAGS.source, FLAGS.output_dir, FLAGS.examples_per_shard,
-                            FLAGS.splits, FLAGS.max_examples, FLAGS.progress,
-                            fashion_mnist_dir=FLAGS.fashion_mnist_dir,
-                            tfds_data_dir=FLAGS.tfds_data_dir)
-  counts = ", ".join(f"{k}: {v['count']}" for k, v in manifest["splits"].items())
+  try:
+    manifest = make_tfrecords(FLAGS.source, FLAGS.output_dir, FLAGS.examples_per_shard,
+                              FLAGS.splits, FLAGS.max_examples, FLAGS.progress, FLAGS.strict,
+                              fashion_mnist_dir=FLAGS.fashion_mnist_dir,
+                              tfds_data_dir=FLAGS.tfds_data_dir)
+  except (ValueError, FileNotFoundError) as e:  # DataError included
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  counts = ", ".join(f"{k}: {v['count']}" + (f" ({v['skipped']} skipped)" if v.get("skipped")
+                                              else "")
+                     for k, v in manifest["splits"].items())
   print(f"Wrote {FLAGS.output_dir} ({counts}; {manifest['num_classes']} classes)")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run_app(main)
