@@ -98,3 +98,16 @@ def test_finetune_from_pretrain_run_dir(data, reference, tmp_path):
   with open(tmp_path / "config.json") as f:
     config = json.load(f)
   assert config["optimizer"] == "sgd" and config["ema_momentum"] == 0.5
+
+
+def test_mirrored_with_gradient_accumulation_equals_one_big_batch(data, reference, tmp_path):
+  """2 replicas x 2 accumulated micro-batches of 4 = the reference's update on 16."""
+  run_dir = str(tmp_path / "accum")
+  r = testing.run(testing.trainer_cmd("pretrain", data, run_dir, "--strategy=mirrored",
+                                      "--cpu_replicas=2", "--config.grad_accum_steps=2",
+                                      *STEPS))
+  assert r.returncode == 0, r.stderr[-3000:]
+  _assert_same_training(run_dir, reference)
+  metrics = json.load(open(f"{run_dir}/metrics.json"))
+  assert metrics["step"] == 3 and metrics["grad_accum_steps"] == 2
+  assert metrics["global_batch_size"] == 16

@@ -32,6 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from trainers import console
 from trainers import input_pipeline
 from trainers import masked_patch  # pylint: disable=unused-import  (registers "masked_patch")
 from trainers import fewshot_callback
@@ -55,11 +56,14 @@ class TrainingDivergedError(RuntimeError):
 # --- callbacks ------------------------------------------------------------------
 
 class NanGuard(keras.callbacks.Callback):
-  """Stops training at the first non-finite loss and remembers the step."""
+  """Stops training at the first non-finite loss and remembers the (update) step.
+  `steps_per_epoch` counts Keras batches: micro-batches under gradient accumulation,
+  `micro_batches` of them per update."""
 
-  def __init__(self, steps_per_epoch):
+  def __init__(self, steps_per_epoch, micro_batches=1):
     super().__init__()
     self.steps_per_epoch = steps_per_epoch
+    self.micro_batches = int(micro_batches)
     self.bad_step = None
     self._epoch = 0
 
@@ -69,7 +73,8 @@ class NanGuard(keras.callbacks.Callback):
   def on_train_batch_end(self, batch, logs=None):
     loss = (logs or {}).get("loss")
     if loss is not None and not math.isfinite(float(loss)) and self.bad_step is None:
-      self.bad_step = self._epoch * self.steps_per_epoch + batch + 1
+      micro = self._epoch * self.steps_per_epoch + batch + 1
+      self.bad_step = -(-micro // self.micro_batches)
       self.model.stop_training = True
 
 
@@ -123,9 +128,9 @@ class RunLogger(keras.callbacks.Callback):
     lr = self.model.optimizer.learning_rate
     lr = float(lr.numpy() if hasattr(lr, "numpy") else lr)
     self.last_logs = {**logs, "step": step}
-    log.info("step %d/%d: loss %.4f, accuracy %.4f, lr %.3g, %.0f images/s",
-             step, self.total_steps, logs.get("loss", float("nan")),
-             logs.get("accuracy", float("nan")), lr, rate)
+    log.debug("step %d/%d: loss %.4f, accuracy %.4f, lr %.3g, %.0f images/s",
+              step, self.total_steps, logs.get("loss", float("nan")),
+              logs.get("accuracy", float("nan")), lr, rate)
     if self.log_path:
       with tf.io.gfile.GFile(self.log_path, "a") as f:
         f.write(json.dumps({"step": step, **{k: float(v) for k, v in logs.items()},
@@ -142,6 +147,43 @@ class RunLogger(keras.callbacks.Callback):
     """Median over intervals, leaving out the first (tracing/compilation) when possible."""
     rates = self.rates[1:] or self.rates
     return float(np.median(rates)) if rates else None
+
+
+class TrainingProgress(keras.callbacks.Callback):
+  """The live progress bar of `fit` (trainers/console.py): steps of `total_steps`,
+  loss, accuracy, images/s and ETA; one plain line every 30 s without a terminal.
+  Counts steps itself and reads the logs at most twice a second, so it adds no
+  device synchronisation of its own."""
+
+  def __init__(self, total_steps, global_batch, initial_step=0, steps_per_execution=1,
+               micro_batches=1, refresh_seconds=0.5):
+    super().__init__()
+    self.total_steps, self.global_batch = int(total_steps), int(global_batch)
+    self.initial_step, self.spe = int(initial_step), int(steps_per_execution)
+    self.micro_batches = int(micro_batches)  # Keras batches per update (accumulation)
+    self.refresh_seconds = float(refresh_seconds)
+    self.bar = None
+
+  def on_train_begin(self, logs=None):
+    self.bar = console.Progress(self.total_steps, "training", unit="step",
+                                initial=self.initial_step, scale=self.global_batch,
+                                scale_unit="image")
+    self._micro = self.initial_step * self.micro_batches
+    self._step, self._shown, self._last = self.initial_step, self.initial_step, 0.0
+
+  def on_train_batch_end(self, batch, logs=None):
+    self._micro += self.spe
+    self._step = min(self._micro // self.micro_batches, self.total_steps)
+    now = time.perf_counter()
+    if now - self._last >= self.refresh_seconds or self._step == self.total_steps:
+      self._last = now
+      shown = {k: float(logs[k]) for k in ("loss", "accuracy") if logs and k in logs}
+      self.bar.update(self._step - self._shown, **shown)
+      self._shown = self._step
+
+  def on_train_end(self, logs=None):
+    if self.bar is not None:
+      self.bar.close()
 
 
 # --- model ------------------------------------------------------------------------
@@ -208,14 +250,15 @@ def load_init(model, init, weights):
 
 # --- the run ----------------------------------------------------------------------
 
-def _checkpoint_interval(total_steps, checkpoint_every, steps_per_execution):
-  """The largest divisor of total_steps that is <= checkpoint_every and a multiple
-  of steps_per_execution (one Keras epoch per checkpoint)."""
+def _checkpoint_interval(total_steps, checkpoint_every, steps_per_execution, micro_batches=1):
+  """The largest divisor of total_steps (updates) that is <= checkpoint_every and whose
+  Keras batches (updates x micro_batches) are a multiple of steps_per_execution (one
+  Keras epoch per checkpoint)."""
   for every in range(min(checkpoint_every, total_steps), 0, -1):
-    if total_steps % every == 0 and every % steps_per_execution == 0:
+    if total_steps % every == 0 and (every * micro_batches) % steps_per_execution == 0:
       return every
-  raise ValueError(f"total_steps={total_steps} has no divisor that is a multiple of "
-                   f"steps_per_execution={steps_per_execution}")
+  raise ValueError(f"total_steps={total_steps} has no divisor whose batches are a multiple "
+                   f"of steps_per_execution={steps_per_execution}")
 
 
 def _set_precision(config, strategy):
@@ -246,12 +289,14 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
                                         strict, verify)
   chief = strategy_lib.is_chief(strategy)
   replicas = strategy.num_replicas_in_sync
-  batch = int(config.batch_size)
-  if batch % replicas:
-    raise ValueError(f"batch_size={batch} must be divisible by the {replicas} replicas")
+  batch = int(config.batch_size)  # the global batch of one update
+  accum = int(config.get("grad_accum_steps") or 1)  # micro-batches per update
+  if accum < 1 or batch % (replicas * accum):
+    raise ValueError(f"batch_size={batch} must be divisible by the {replicas} replicas x "
+                     f"grad_accum_steps={accum}")
   spe = int(config.get("steps_per_execution") or 1)
-  total_steps = int(config.total_steps)
-  every = _checkpoint_interval(total_steps, int(config.checkpoint_every), spe)
+  total_steps = int(config.total_steps)  # updates; the schedule, EMA and checkpoints count them
+  every = _checkpoint_interval(total_steps, int(config.checkpoint_every), spe, accum)
   if every != config.checkpoint_every:
     log.warning("checkpoint_every=%d does not divide total_steps=%d: checkpointing "
                 "every %d steps", config.checkpoint_every, total_steps, every)
@@ -281,7 +326,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
       load_init(model, init, init_weights)
     lr = schedules.WarmupDecay(config.learning_rate, total_steps, config.warmup_steps,
                                config.get("decay_type", "cosine"),
-                               config.get("linear_end", 1e-5))
+                               config.get("linear_end", 1e-5), steps_per_update=accum)
     optimizer = optimizers.make_optimizer(config, lr)
     model.compile(optimizer=optimizer, loss=objective.loss(config),
                   metrics=objective.metrics(config), steps_per_execution=spe,
@@ -291,7 +336,8 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
   common = dict(image_size=config.image_size, strict=strict, num_classes=num_classes,
                 multi_label=multi_label, verify_max_bytes=verify, batch_fn=batch_fn)
   train_ds = input_pipeline.distributed_train_dataset(
-      strategy, data_dir, batch, seed=int(config.get("seed", 0)), start_step=start_step,
+      strategy, data_dir, batch // accum, seed=int(config.get("seed", 0)),
+      start_step=start_step * accum,
       split=config.get("train_split", "train"),
       augment=input_cfg.get("augment", "inception_crop"),
       area_range=tuple(input_cfg.get("area_range", (0.05, 1.0))),
@@ -302,7 +348,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
   if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
     _prebuild_for_multi_worker(model, strategy, data_dir, config, common, input_cfg)
 
-  guard = NanGuard(every)
+  guard = NanGuard(every * accum, accum)
   checkpoint = RunCheckpoint(ckpt_dir, guard)
   logger = RunLogger(every, batch, total_steps,
                      os.path.join(model_dir, "tensorboard", "train") if chief else None,
@@ -310,8 +356,9 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
   fewshot = fewshot_callback.from_config(
       config, data_dir, num_classes=num_classes,
       summary_dir=os.path.join(model_dir, "tensorboard", "fewshot") if chief else None)
-  model.fit(train_ds, epochs=epochs, initial_epoch=start_epoch, steps_per_epoch=every,
-            callbacks=[guard, checkpoint] + ([fewshot] if fewshot else []) + [logger],
+  model.fit(train_ds, epochs=epochs, initial_epoch=start_epoch, steps_per_epoch=every * accum,
+            callbacks=[guard, checkpoint] + ([fewshot] if fewshot else []) + [logger] +
+            ([TrainingProgress(total_steps, batch, start_step, spe, accum)] if chief else []),
             verbose=0)
   if guard.bad_step is not None:
     last = RunCheckpoint.saved_epoch(ckpt_dir) * every
@@ -347,6 +394,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
       "resumed_from_step": start_step,
       "total_steps": total_steps,
       "global_batch_size": batch,
+      "grad_accum_steps": accum,
       "num_replicas": replicas,
       "strategy": type(strategy).__name__,
       "skipped_records": train_info.skipped_records,
