@@ -48,6 +48,11 @@ def base_config(model="ViT_B16"):
   c.input = ml_collections.ConfigDict(dict(
       augment="inception_crop",  # inception_crop | random_crop | none
       area_range=(0.05, 1.0), flip=True, shuffle_buffer=50_000,
+      aug_setting=placeholder(str),  # AugReg name (trainers/augment.py): none|light1|light2|
+                                     # medium1|medium2|strong1|strong2 (randaug + mixup)
+      randaug=placeholder(object),   # None/"" off, (num_layers, magnitude) or "randaug(2,15)"
+      mixup=placeholder(float),      # Beta alpha; None/0: off (overrides aug_setting's)
+      cutmix=placeholder(float),     # Beta alpha; None/0: off
       shard_by="examples",        # examples (exact global batches) | files (huge data)
       strict=False,               # corrupt data fatal instead of skipped + counted
       verify_max_bytes=4 << 30))

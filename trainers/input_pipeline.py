@@ -8,6 +8,12 @@ uninterrupted run would have: the training stream is a pure function of
 `start_step` skips the examples already consumed (only within the current epoch;
 earlier epochs are never read).
 
+AugReg augmentation (`augmentation=`, trainers/augment.py, docs/augmentation.md):
+RandAugment runs per example after the crop and flip, from its own split of the
+example seed; Mixup / CutMix run per batch, after `batch_fn` (so on one-hot
+labels), from a batch seed that is a function of (seed, step). None: off, and
+the stream is exactly the one without the keyword.
+
 Across input pipelines (multi-worker, TPU hosts) the stream is split either by
 example (`shard_by='examples'`: pipeline p takes examples p, p+P, ...; every global
 batch then holds exactly the examples a single device would see, which the
@@ -26,6 +32,8 @@ import logging
 import os
 
 import tensorflow as tf
+
+from trainers import augment as augment_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
 MEAN, SCALE = 127.5, 127.5  # [0, 255] -> [-1, 1], as the official code.
@@ -182,8 +190,17 @@ def random_crop(image, seed, image_size, padding=4):
 
 
 def preprocess_train(image, seed, image_size, augment="inception_crop",
-                     area_range=(0.05, 1.0), flip=True):
-  seeds = tf.random.experimental.stateless_split(seed, 2)
+                     area_range=(0.05, 1.0), flip=True, randaug=None):
+  """uint8 (H, W, 3) -> float32 (*image_size, 3) in [-1, 1].
+
+  Crop (`augment`), flip, then `randaug` = (num_layers, magnitude) or None
+  (augment_lib.randaug on the 0..255 image, before `scale`: big_vision's
+  `inception_crop(224)|flip_lr|randaug(2,15)|value_range(-1,1)`). `seed` (int64
+  [2]) is split into crop, flip (and randaug) seeds; stateless_split(seed, 3)
+  starts with the two seeds of stateless_split(seed, 2), so turning RandAugment
+  on leaves the crops and flips as they were.
+  """
+  seeds = tf.random.experimental.stateless_split(seed, 3 if randaug else 2)
   if augment == "inception_crop":
     image = inception_crop(image, seeds[0], image_size, area_range)
   elif augment == "random_crop":
@@ -194,6 +211,8 @@ def preprocess_train(image, seed, image_size, augment="inception_crop",
     raise ValueError(f"input.augment={augment!r}: expected inception_crop, random_crop or none")
   if flip:
     image = tf.image.stateless_random_flip_left_right(image, seeds[1])
+  if randaug:
+    image = augment_lib.randaug(image, seeds[2], *randaug)
   return scale(image)
 
 
@@ -208,14 +227,29 @@ def train_dataset(data_dir, *, batch_size, image_size, seed=0, start_step=0,
                   area_range=(0.05, 1.0), flip=True, shuffle_buffer=50_000,
                   shard_by="examples", strict=False, split="train", num_classes=None,
                   multi_label=False, verify_max_bytes=4 << 30, prefetch=True,
-                  batch_fn=None, max_examples=0):
+                  batch_fn=None, max_examples=0, augmentation=None):
   """Infinite, deterministic stream of (image, label) batches of `batch_size`.
 
-  `batch_size` is this pipeline's batch (per replica under
+  Images are float32 (batch_size, *image_size, 3) in [-1, 1]; labels int32
+  (batch_size,) (multi_label: float32 (batch_size, num_classes)), or whatever
+  `batch_fn` maps them to. `batch_size` is this pipeline's batch (per replica under
   distribute_datasets_from_function), `global_batch_size` the global one, which with
   `start_step` fixes how many examples to skip on resume. `max_examples` > 0
   uses only the split's first `max_examples` records (`first_examples`).
+
+  `augmentation`: None (none: today's stream, bit for bit), or a dict given to
+  `augment_lib.resolve`, i.e. either its result
+  dict(randaug=(n, m) | None, mixup=alpha, cutmix=alpha) or the raw
+  `config.input` dict (keys aug_setting, randaug, mixup, cutmix; others ignored).
+  RandAugment acts per example; Mixup / CutMix act on each batch after
+  `batch_fn`, and need float (batch, classes) labels there (int labels without a
+  `batch_fn` are one-hot encoded with `num_classes`); they yield float32 labels.
   """
+  aug = augment_lib.resolve(augmentation) if augmentation is not None else None
+  randaug = aug["randaug"] if aug else None
+  mixing = bool(aug and (aug["mixup"] or aug["cutmix"]))
+  if aug:
+    logging.info("train augmentation: %s", augment_lib.describe(aug))
   info = first_examples(get_split(data_dir, split, strict, verify_max_bytes), max_examples)
   num_pipelines = input_context.num_input_pipelines if input_context else 1
   pipeline_id = input_context.input_pipeline_id if input_context else 0
@@ -268,7 +302,7 @@ def train_dataset(data_dir, *, batch_size, image_size, seed=0, start_step=0,
     encoded, label = parse(record, num_classes, multi_label)
     example_seed = tf.stack([tf.cast(seed, tf.int64) * 65_537 + epoch, index])
     image = preprocess_train(decode(encoded), example_seed, image_size, augment,
-                             area_range, flip)
+                             area_range, flip, randaug)
     return image, label
 
   ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
@@ -277,6 +311,11 @@ def train_dataset(data_dir, *, batch_size, image_size, seed=0, start_step=0,
   ds = ds.batch(batch_size, drop_remainder=True)
   if batch_fn is not None:
     ds = ds.map(batch_fn, num_parallel_calls=AUTOTUNE, deterministic=True)
+  if mixing:
+    # This pipeline's k-th batch is global step start_step + k (both shard_by modes).
+    ds = ds.enumerate(start=start_step).map(
+        _batch_mixer(seed, aug["mixup"], aug["cutmix"], num_classes),
+        num_parallel_calls=AUTOTUNE, deterministic=True)
   options = tf.data.Options()
   options.deterministic = True
   options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -320,14 +359,34 @@ def eval_dataset(data_dir, *, batch_size, image_size, split="test",
   return ds.with_options(options).prefetch(AUTOTUNE)
 
 
+def _batch_mixer(seed, mixup_alpha, cutmix_alpha, num_classes):
+  """fn(step, (images, labels)) -> (images, labels) mixed by augment_lib.mix_batch."""
+  def fn(step, batch):
+    images, labels = batch
+    if labels.dtype.is_integer and labels.shape.rank == 1:
+      if not num_classes:
+        raise ValueError("input.mixup / input.cutmix on integer labels need num_classes")
+      labels = tf.one_hot(labels, num_classes)
+    if not labels.dtype.is_floating or labels.shape.rank != 2:
+      raise ValueError(
+          "input.mixup / input.cutmix mix one-hot or multi-hot labels of shape "
+          f"(batch, classes); the batches here have labels {labels.dtype.name} "
+          f"{labels.shape} (an objective whose targets are not class labels?)")
+    return augment_lib.mix_batch(images, labels, augment_lib.mix_seed(seed, step),
+                                 mixup_alpha, cutmix_alpha)
+  return fn
+
+
 def _size(image_size):
   if isinstance(image_size, int):
     return (image_size, image_size)
   return tuple(int(s) for s in image_size)
 
 
-def distributed_train_dataset(strategy, data_dir, global_batch_size, **kwargs):
-  """Per-replica batches of the global batch via distribute_datasets_from_function."""
+def distributed_train_dataset(strategy, data_dir, global_batch_size, augmentation=None,
+                              **kwargs):
+  """Per-replica batches of the global batch via distribute_datasets_from_function.
+  `augmentation` (and the rest): as train_dataset; each replica mixes its own batch."""
   replicas = strategy.num_replicas_in_sync
   if global_batch_size % replicas:
     raise ValueError(f"batch_size={global_batch_size} is not divisible by the "
@@ -335,5 +394,6 @@ def distributed_train_dataset(strategy, data_dir, global_batch_size, **kwargs):
 
   def fn(ctx):
     return train_dataset(data_dir, batch_size=ctx.get_per_replica_batch_size(global_batch_size),
-                         global_batch_size=global_batch_size, input_context=ctx, **kwargs)
+                         global_batch_size=global_batch_size, input_context=ctx,
+                         augmentation=augmentation, **kwargs)
   return strategy.distribute_datasets_from_function(fn)
