@@ -11,19 +11,8 @@ Weight decay: Keras' AdamW applies `variable -= variable * weight_decay * lr`
 3.15), i.e. decay coupled to the scheduled learning rate, as the official code
 (param -= lr * wd * param; DESIGN.md "Recipes"). It decays every variable, as
 the official code does.
-
-Gradient accumulation (`config.grad_accum_steps=N`) is Keras' own
-`gradient_accumulation_steps`: N micro-batch gradients are accumulated and their
-mean is applied as one update, and because Keras all-reduces inside that update,
-the clipping above acts on the mean gradient of the whole N-micro-batch global
-batch, as it should. Two Keras behaviours are adjusted, both because the run counts
-updates, not micro-batches (`optimizer.iterations` already does): the learning-rate
-schedule is called with the micro-batch counter (so `WarmupDecay` takes
-`steps_per_update=N`), and the EMA is updated after every micro-batch (so here it is
-updated on update steps only, once per update as without accumulation).
 """
 import keras
-from keras import ops
 import tensorflow as tf
 
 
@@ -43,15 +32,6 @@ class _ClipAfterAllReduce:
     clipped = iter(clipped)
     return [(None, v) if g is None else (next(clipped), v) for g, v in grads_and_vars]
 
-  def _update_model_variables_moving_average(self, trainable_variables):
-    parent = super()._update_model_variables_moving_average
-    if not self.gradient_accumulation_steps:
-      return parent(trainable_variables)
-    # Called after every micro-batch; _iterations counts micro-batches, not yet
-    # incremented for this one.
-    is_update_step = (self._iterations + 1) % self.gradient_accumulation_steps == 0
-    return ops.cond(is_update_step, lambda: parent(trainable_variables), lambda: None)
-
   def get_config(self):
     return {**super().get_config(), "clip_global_norm": self.clip_global_norm}
 
@@ -69,10 +49,8 @@ class SGD(_ClipAfterAllReduce, keras.optimizers.SGD):
 def make_optimizer(config, learning_rate):
   """Optimizer from the config's `optimizer` ('adamw' | 'sgd') and its keys."""
   ema = float(config.get("ema_momentum") or 0.0)
-  accum = int(config.get("grad_accum_steps") or 1)
   common = dict(learning_rate=learning_rate, clip_global_norm=config.get("grad_clip_norm"),
-                use_ema=ema > 0, ema_momentum=ema or 0.99,
-                gradient_accumulation_steps=accum if accum > 1 else None)
+                use_ema=ema > 0, ema_momentum=ema or 0.99)
   if config.optimizer == "adamw":
     return AdamW(beta_1=config.get("beta1", 0.9), beta_2=config.get("beta2", 0.999),
                  weight_decay=config.get("weight_decay", 0.1), **common)

@@ -14,15 +14,10 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
   cosine:  lr = base_lr * 0.5 * (1 + cos(pi * progress))
   constant: lr = base_lr
   and, during warmup, lr *= step / warmup_steps.
-
-  `step` counts updates. With gradient accumulation the optimizer calls the schedule
-  with its micro-batch counter; `steps_per_update=N` turns that into updates
-  (floor(micro_step / N)), so the schedule of an N-step accumulated run is the
-  schedule of the big-batch run.
   """
 
   def __init__(self, base_lr, total_steps, warmup_steps=0, decay_type="cosine",
-               linear_end=1e-5, steps_per_update=1):
+               linear_end=1e-5):
     if decay_type not in ("linear", "cosine", "constant"):
       raise ValueError(f"decay_type={decay_type!r}: expected linear, cosine or constant")
     if total_steps <= warmup_steps and decay_type != "constant":
@@ -32,13 +27,8 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     self.warmup_steps = int(warmup_steps)
     self.decay_type = decay_type
     self.linear_end = float(linear_end)
-    self.steps_per_update = int(steps_per_update)
-    if self.steps_per_update < 1:
-      raise ValueError(f"steps_per_update={steps_per_update} must be >= 1")
 
   def __call__(self, step):
-    if self.steps_per_update > 1:
-      step = ops.floor_divide(step, self.steps_per_update)
     step = ops.cast(step, "float32")
     lr = ops.convert_to_tensor(self.base_lr, "float32")
     if self.decay_type != "constant":
@@ -55,4 +45,4 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
   def get_config(self):
     return {"base_lr": self.base_lr, "total_steps": self.total_steps,
             "warmup_steps": self.warmup_steps, "decay_type": self.decay_type,
-            "linear_end": self.linear_end, "steps_per_update": self.steps_per_update}
+            "linear_end": self.linear_end}

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from trainers import console
 from trainers import input_pipeline
+from trainers import keras_workarounds
 from trainers import masked_patch  # pylint: disable=unused-import  (registers "masked_patch")
 from trainers import fewshot_callback
 from trainers import objectives
@@ -56,14 +57,11 @@ class TrainingDivergedError(RuntimeError):
 # --- callbacks ------------------------------------------------------------------
 
 class NanGuard(keras.callbacks.Callback):
-  """Stops training at the first non-finite loss and remembers the (update) step.
-  `steps_per_epoch` counts Keras batches: micro-batches under gradient accumulation,
-  `micro_batches` of them per update."""
+  """Stops training at the first non-finite loss and remembers the step."""
 
-  def __init__(self, steps_per_epoch, micro_batches=1):
+  def __init__(self, steps_per_epoch):
     super().__init__()
     self.steps_per_epoch = steps_per_epoch
-    self.micro_batches = int(micro_batches)
     self.bad_step = None
     self._epoch = 0
 
@@ -73,8 +71,7 @@ class NanGuard(keras.callbacks.Callback):
   def on_train_batch_end(self, batch, logs=None):
     loss = (logs or {}).get("loss")
     if loss is not None and not math.isfinite(float(loss)) and self.bad_step is None:
-      micro = self._epoch * self.steps_per_epoch + batch + 1
-      self.bad_step = -(-micro // self.micro_batches)
+      self.bad_step = self._epoch * self.steps_per_epoch + batch + 1
       self.model.stop_training = True
 
 
@@ -156,11 +153,10 @@ class TrainingProgress(keras.callbacks.Callback):
   device synchronisation of its own."""
 
   def __init__(self, total_steps, global_batch, initial_step=0, steps_per_execution=1,
-               micro_batches=1, refresh_seconds=0.5):
+               refresh_seconds=0.5):
     super().__init__()
     self.total_steps, self.global_batch = int(total_steps), int(global_batch)
     self.initial_step, self.spe = int(initial_step), int(steps_per_execution)
-    self.micro_batches = int(micro_batches)  # Keras batches per update (accumulation)
     self.refresh_seconds = float(refresh_seconds)
     self.bar = None
 
@@ -168,12 +164,10 @@ class TrainingProgress(keras.callbacks.Callback):
     self.bar = console.Progress(self.total_steps, "training", unit="step",
                                 initial=self.initial_step, scale=self.global_batch,
                                 scale_unit="image")
-    self._micro = self.initial_step * self.micro_batches
     self._step, self._shown, self._last = self.initial_step, self.initial_step, 0.0
 
   def on_train_batch_end(self, batch, logs=None):
-    self._micro += self.spe
-    self._step = min(self._micro // self.micro_batches, self.total_steps)
+    self._step = min(self._step + self.spe, self.total_steps)
     now = time.perf_counter()
     if now - self._last >= self.refresh_seconds or self._step == self.total_steps:
       self._last = now
@@ -250,15 +244,14 @@ def load_init(model, init, weights):
 
 # --- the run ----------------------------------------------------------------------
 
-def _checkpoint_interval(total_steps, checkpoint_every, steps_per_execution, micro_batches=1):
-  """The largest divisor of total_steps (updates) that is <= checkpoint_every and whose
-  Keras batches (updates x micro_batches) are a multiple of steps_per_execution (one
-  Keras epoch per checkpoint)."""
+def _checkpoint_interval(total_steps, checkpoint_every, steps_per_execution):
+  """The largest divisor of total_steps that is <= checkpoint_every and a multiple
+  of steps_per_execution (one Keras epoch per checkpoint)."""
   for every in range(min(checkpoint_every, total_steps), 0, -1):
-    if total_steps % every == 0 and (every * micro_batches) % steps_per_execution == 0:
+    if total_steps % every == 0 and every % steps_per_execution == 0:
       return every
-  raise ValueError(f"total_steps={total_steps} has no divisor whose batches are a multiple "
-                   f"of steps_per_execution={steps_per_execution}")
+  raise ValueError(f"total_steps={total_steps} has no divisor that is a multiple of "
+                   f"steps_per_execution={steps_per_execution}")
 
 
 def _set_precision(config, strategy):
@@ -295,8 +288,8 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
     raise ValueError(f"batch_size={batch} must be divisible by the {replicas} replicas x "
                      f"grad_accum_steps={accum}")
   spe = int(config.get("steps_per_execution") or 1)
-  total_steps = int(config.total_steps)  # updates; the schedule, EMA and checkpoints count them
-  every = _checkpoint_interval(total_steps, int(config.checkpoint_every), spe, accum)
+  total_steps = int(config.total_steps)
+  every = _checkpoint_interval(total_steps, int(config.checkpoint_every), spe)
   if every != config.checkpoint_every:
     log.warning("checkpoint_every=%d does not divide total_steps=%d: checkpointing "
                 "every %d steps", config.checkpoint_every, total_steps, every)
@@ -326,29 +319,30 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
       load_init(model, init, init_weights)
     lr = schedules.WarmupDecay(config.learning_rate, total_steps, config.warmup_steps,
                                config.get("decay_type", "cosine"),
-                               config.get("linear_end", 1e-5), steps_per_update=accum)
+                               config.get("linear_end", 1e-5))
     optimizer = optimizers.make_optimizer(config, lr)
     model.compile(optimizer=optimizer, loss=objective.loss(config),
                   metrics=objective.metrics(config), steps_per_execution=spe,
                   jit_compile=config.get("jit_compile", False))
+    keras_workarounds.accumulate_gradients(model, accum)
 
   batch_fn = objective.map_batch(config, num_classes)
   common = dict(image_size=config.image_size, strict=strict, num_classes=num_classes,
                 multi_label=multi_label, verify_max_bytes=verify, batch_fn=batch_fn)
   train_ds = input_pipeline.distributed_train_dataset(
-      strategy, data_dir, batch // accum, seed=int(config.get("seed", 0)),
-      start_step=start_step * accum,
+      strategy, data_dir, batch, seed=int(config.get("seed", 0)), start_step=start_step,
       split=config.get("train_split", "train"),
       augment=input_cfg.get("augment", "inception_crop"),
       area_range=tuple(input_cfg.get("area_range", (0.05, 1.0))),
       flip=input_cfg.get("flip", True), shuffle_buffer=input_cfg.get("shuffle_buffer", 50_000),
       shard_by=input_cfg.get("shard_by", "examples"),
+      augmentation=input_cfg,  # RandAugment / Mixup / CutMix (trainers/augment.py)
       max_examples=int(config.get("train_examples") or 0), **common)
 
   if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
     _prebuild_for_multi_worker(model, strategy, data_dir, config, common, input_cfg)
 
-  guard = NanGuard(every * accum, accum)
+  guard = NanGuard(every)
   checkpoint = RunCheckpoint(ckpt_dir, guard)
   logger = RunLogger(every, batch, total_steps,
                      os.path.join(model_dir, "tensorboard", "train") if chief else None,
@@ -356,9 +350,9 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
   fewshot = fewshot_callback.from_config(
       config, data_dir, num_classes=num_classes,
       summary_dir=os.path.join(model_dir, "tensorboard", "fewshot") if chief else None)
-  model.fit(train_ds, epochs=epochs, initial_epoch=start_epoch, steps_per_epoch=every * accum,
+  model.fit(train_ds, epochs=epochs, initial_epoch=start_epoch, steps_per_epoch=every,
             callbacks=[guard, checkpoint] + ([fewshot] if fewshot else []) + [logger] +
-            ([TrainingProgress(total_steps, batch, start_step, spe, accum)] if chief else []),
+            ([TrainingProgress(total_steps, batch, start_step, spe)] if chief else []),
             verbose=0)
   if guard.bad_step is not None:
     last = RunCheckpoint.saved_epoch(ckpt_dir) * every
