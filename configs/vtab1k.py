@@ -1,6 +1,6 @@
 """VTAB-1k: each of the 19 TFDS tasks below fine-tuned on 1,000 training examples
 (train800 + val200) for 2,500 steps with the fine-tuning recipe (SGD 0.9, batch 512,
-384 px, warmup + cosine, clip 1.0; DESIGN.md "Recipes").
+384 px, warmup + cosine, clip 1.0; docs/design.md, "Recipes").
 
   python tools/make_tfrecords.py --source=tfds:TASK --max_examples=1000 --output_dir=DATA
   python trainers/finetune.py --config=configs/vtab1k.py:caltech101 --init=imagenet21k ...

@@ -1,5 +1,5 @@
 """A SavedModel for TF Serving, written through `keras.export.ExportArchive`
-(which tracks the model's variables; see DESIGN.md's pitfalls).
+(which tracks the model's variables; see docs/design.md, "Export").
 
 Signatures (B = batch, H x W = the model's image size, K = classes):
 

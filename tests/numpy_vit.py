@@ -1,5 +1,5 @@
 """An independent NumPy (float64) reference of the ViT forward pass, written from
-the paper's equations (Eq. 1-4) and the official checkpoint layout (DESIGN.md).
+the paper's equations (Eq. 1-4) and the official checkpoint layout (docs/design.md, "Checkpoint layout").
 
 It reads parameters by their published checkpoint names and shares no code with
 keras_vit.

@@ -6,7 +6,7 @@ import pytest
 
 import keras_vit
 
-# DESIGN.md: parameters with a 1000-class head at 224 px.
+# docs/design.md, "Variants": parameters with a 1000-class head at 224 px.
 PARAMS = {
     "ViT_Ti16": 5_717_416, "ViT_S16": 22_050_664, "ViT_S32": 22_878_952,
     "ViT_B8": 86_576_872, "ViT_B16": 86_567_656, "ViT_B32": 88_224_232,

@@ -20,7 +20,7 @@ flags.DEFINE_string("tpu", None, "TPU name or address for TPUClusterResolver; 'l
 flags.DEFINE_integer("cpu_replicas", 1, "Split the CPU into N logical devices (mirrored / "
                      "auto without accelerators).")
 
-# Defaults each trainer brings (DESIGN.md "Recipes") for keys a config leaves None.
+# Defaults each trainer brings (docs/design.md, "Recipes") for keys a config leaves None.
 DEFAULTS = {
     "pretrain": dict(optimizer="adamw", weight_decay=0.1, decay_type="linear"),
     "finetune": dict(optimizer="sgd", weight_decay=0.0, decay_type="cosine"),

@@ -9,7 +9,7 @@ is the official semantics (clip the gradient of the global-batch loss).
 Weight decay: Keras' AdamW applies `variable -= variable * weight_decay * lr`
 (keras/src/optimizers/base_optimizer.py `_apply_weight_decay`, checked in Keras
 3.15), i.e. decay coupled to the scheduled learning rate, as the official code
-(param -= lr * wd * param; DESIGN.md "Recipes"). It decays every variable, as
+(param -= lr * wd * param; docs/design.md, "Recipes"). It decays every variable, as
 the official code does.
 """
 import keras
