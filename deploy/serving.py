@@ -44,6 +44,17 @@ class Classifier:
         if not getattr(model, "include_top", True):
             raise ValueError(f"model '{model.name}' has no head (include_top=False); "
                              "a served classifier needs logits.")
+        activation = getattr(model, "classifier_activation", None)
+        if activation not in (None, "linear"):
+            raise ValueError(f"model '{model.name}' ends in classifier_activation="
+                             f"{activation!r}; the served signatures apply softmax to "
+                             "logits themselves: export a model with "
+                             "classifier_activation=None.")
+        channels = int(model.inputs[0].shape[-1])
+        if channels != 3:
+            raise ValueError(f"model '{model.name}' takes {channels}-channel images; the "
+                             "served signatures decode and feed RGB (3 channels). "
+                             "Export an RGB model (its weights adapt: input_shape=(H, W, 3)).")
         self.model = model
         self.image_size = tuple(int(s) for s in model.inputs[0].shape[1:3])
         self.num_classes = int(model.outputs[0].shape[-1])

@@ -1,5 +1,12 @@
 """Named ViT builders (`ViT_B16(...)`, hybrids `R50_ViT_B16(...)`) and
-`build_model` from a name or a dict."""
+`build_model` from a name or a dict.
+
+Each is a `VisionTransformer(...)` call with the variant's sizes, so `weights=`
+goes through `keras_vit.factory.resolve_weights` like any other construction,
+keras.applications' arguments (input_shape, input_tensor, pooling, classes,
+classifier_activation) mean the same, and an unknown keyword argument is a
+TypeError naming it.
+"""
 
 from keras_vit.variants import HYBRID_VARIANTS, VARIANTS
 from keras_vit.vision_transformer import VisionTransformer
@@ -25,7 +32,8 @@ def _builder(variant):
         f"{arch['mlp_dim']}, {arch['num_heads']} heads, {arch['num_layers']} layers.\n\n"
         "Takes the keyword arguments of `keras_vit.VisionTransformer` (weights, "
         "image_size, num_classes, include_top, classifier, representation_size, "
-        "dropout_rate, ...). Returns a `VisionTransformer`.")
+        "dropout_rate, ...) and keras.applications' (input_shape, input_tensor, "
+        "pooling, classes, classifier_activation). Returns a `VisionTransformer`.")
     return build
 
 

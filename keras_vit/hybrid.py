@@ -31,7 +31,9 @@ def HybridViT(resnet, size="B", patch_size=1, weights=None, **kwargs):
             the paper's Table 1).
         patch_size: patch side on the ResNet feature map.
         weights, **kwargs: as `keras_vit.VisionTransformer` (image_size,
-            num_classes, include_top, classifier, representation_size, ...).
+            num_classes, include_top, classifier, representation_size, ...,
+            and keras.applications' input_shape, input_tensor, pooling, classes,
+            classifier_activation).
 
     Returns:
         A `VisionTransformer`; e.g. `HybridViT((3, 4, 6, 3), "B")` is R50+ViT-B/32.
@@ -53,7 +55,7 @@ def feature_extractor(model, stages=False):
             output [stem, block1, ..., blockS] (e.g. for a feature pyramid).
 
     Returns:
-        A model mapping images (B, H, W, 3) in [-1, 1] to the feature map
+        A model mapping images (B, H, W, C) in [-1, 1] to the feature map
         (B, h, w, C), h = H / stride for multiples of the stride (ceil at each
         stride-2 step otherwise); C = 64 * width_factor for the stem,
         256 * 2**s * width_factor after stage s + 1. With `stages=True`, a list.

@@ -208,3 +208,35 @@ def test_registry_entries_are_well_formed():
     assert entry.url.endswith("/imagenet21k/ViT-B_16.npz")
     assert entry.num_classes == 21843 and entry.representation_size == 768
     assert registry.lookup("ViT_L16", "imagenet21k+imagenet2012").image_size == 384
+
+
+def test_loader_and_model_import_without_a_cycle():
+    """checkpoint.loader imports first in a fresh interpreter, and neither the
+    loader nor the factory imports the model module, at any level."""
+    import ast
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(keras_vit.__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", "import keras_vit.checkpoint.loader as l; "
+         "import keras_vit.vision_transformer as v; print(l.__name__, v.__name__)"],
+        capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def imported(path):
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+        return names
+
+    package = os.path.join(root, "keras_vit")
+    for module in ("checkpoint/loader.py", "factory.py"):
+        names = imported(os.path.join(package, module))
+        assert not {n for n in names if "vision_transformer" in n or "builders" in n}, module
+    assert "keras_vit.factory" in imported(os.path.join(package, "vision_transformer.py"))

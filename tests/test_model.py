@@ -57,6 +57,8 @@ def test_builders_take_keyword_arguments():
     assert model.name == "vit_ti16"
     with pytest.raises(ValueError, match="Unknown model 'ViT_X9'"):
         keras_vit.build_model("ViT_X9")
+    with pytest.raises(TypeError, match="'num_clases'"):
+        keras_vit.ViT_Ti16(num_clases=3)
 
 
 def test_default_builder_call():
@@ -129,3 +131,59 @@ def test_decode_predictions():
         keras_vit.decode_predictions(np.zeros((1, 21843)))
     with pytest.raises(ValueError, match="2 class names for predictions with 3"):
         keras_vit.decode_predictions(np.zeros((1, 3)), class_names=["a", "b"])
+
+
+def _forbid_file_access(monkeypatch):
+    """Makes every way the loader reads weights, and Python's own file opening,
+    raise: what builds under it touched no file and no network."""
+    from keras_vit.checkpoint import loader, npz, registry
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"file or network access: {args!r}")
+
+    for module, name in [(loader, "open_source"), (loader, "_h5_source"),
+                         (loader, "_keras_source"), (npz, "read_npz"), (registry, "fetch"),
+                         (keras.utils, "get_file"), (keras.saving, "load_model"),
+                         (np, "load"), (__import__("builtins"), "open"),
+                         (__import__("io"), "open"), (__import__("os.path").path, "exists"),
+                         (__import__("os.path").path, "isfile")]:
+        monkeypatch.setattr(module, name, refuse)
+
+
+def test_construction_without_weights_and_from_config_touch_no_file(monkeypatch):
+    hybrid = keras_vit.VisionTransformer(image_size=32, resnet=(), patch_size=2,
+                                         hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
+    configs = [tiny(include_top=False, pooling="avg", input_shape=(32, 32, 1)).get_config(),
+               tiny(classifier_activation="softmax", representation_size=8).get_config(),
+               hybrid.get_config()]
+    _forbid_file_access(monkeypatch)
+    model = tiny(classifier="gap")
+    assert model.output.shape == (None, 5)
+    for config in configs:
+        assert keras_vit.VisionTransformer.from_config(config).get_config() == config
+    with keras.StatelessScope(initialize_variables=False):
+        keras_vit.ViT_Ti16(include_top=False, input_shape=(64, 64, 3))
+        keras_vit.build_model("R_Ti16", num_classes=3)
+
+
+def test_weights_go_through_the_factory(monkeypatch, tmp_path):
+    """VisionTransformer(weights=...) and the builders resolve weights in
+    keras_vit.factory.resolve_weights, and only there."""
+    from keras_vit import factory
+
+    calls = []
+    real = factory.resolve_weights
+
+    def spy(weights, arguments, model_class):
+        calls.append((weights, arguments["hidden_size"], model_class))
+        return real(weights, arguments, model_class)
+
+    monkeypatch.setattr(factory, "resolve_weights", spy)
+    source = tiny()
+    path = str(tmp_path / "tiny.keras")
+    source.save(path)
+    tiny(weights=path)
+    keras_vit.build_model({"variant": "ViT_Ti16", "patch_size": 8, "hidden_size": 16,
+                           "mlp_dim": 32, "num_heads": 2, "num_layers": 2}, weights=path)
+    assert [(w, h) for w, h, _ in calls] == [(path, 16), (path, 16)]
+    assert all(cls is keras_vit.VisionTransformer for *_, cls in calls)

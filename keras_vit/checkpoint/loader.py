@@ -2,6 +2,10 @@
 any head), registry names, and Keras' own `.keras` / `.weights.h5` files.
 
 Never a partial load: everything is checked before any variable is assigned.
+
+This module does not import the model class (`keras_vit.vision_transformer`
+imports it, through `keras_vit.factory`): a source model rebuilt from a config
+is built by the `model_class` its caller passes.
 """
 
 import dataclasses
@@ -16,6 +20,7 @@ from keras_vit.checkpoint import layout, npz, registry
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.layers.position_embedding import resize_position_embedding
 from keras_vit.layers.resnet import resnet_stride
+from keras_vit.variants import variant_name
 
 logger = logging.getLogger("keras_vit")
 
@@ -36,12 +41,12 @@ class WeightsSource:
     h5_path: str = None
 
 
-def open_source(weights, arch):
+def open_source(weights, arch, model_class=None):
     """Resolves `weights` (registry name or path) for a model of architecture
     `arch` (patch_size, hidden_size, ...; for hybrids `resnet`, the normalised
-    spec, and `stride`, the ResNet's downsampling)."""
-    from keras_vit.variants import variant_name
-
+    spec, and `stride`, the ResNet's downsampling). `model_class` (its
+    `from_config`) rebuilds the source model of a `.weights.h5` file that has
+    its config beside it; it is needed only there."""
     weights = os.fspath(weights)
     variant = arch.get("variant") or variant_name(arch)
     if not os.path.exists(weights):
@@ -58,7 +63,7 @@ def open_source(weights, arch):
         params = npz.read_npz(path)
         return WeightsSource(path, params, entry.metadata())
     if os.path.isdir(weights) or weights.endswith(".weights.h5"):
-        return _h5_source(weights)
+        return _h5_source(weights, model_class)
     if weights.endswith(".keras"):
         return _keras_source(weights)
     params = npz.read_npz(weights)
@@ -68,6 +73,9 @@ def open_source(weights, arch):
 def _npz_metadata(params, arch):
     """What an official checkpoint implies for the model built from it."""
     meta = {"classifier": "token" if "cls" in params else "gap"}
+    stem = params.get(_input_kernel(arch.get("resnet")))
+    if stem is not None and stem.ndim == 4:
+        meta["channels"] = int(stem.shape[2])
     if "pre_logits/kernel" in params:
         meta["representation_size"] = int(params["pre_logits/kernel"].shape[-1])
     if "head/kernel" in params:
@@ -90,7 +98,7 @@ def _keras_source(path):
     return _model_source(model, path)
 
 
-def _h5_source(path):
+def _h5_source(path, model_class):
     """A `.weights.h5` file, or a directory holding `model.weights.h5`.
 
     With the model's config beside it (`model_config.json`, as trainers/ run
@@ -108,11 +116,12 @@ def _h5_source(path):
         raise FileNotFoundError(f"Weights file not found: {weights}")
     if config is None:
         return WeightsSource(weights, h5_path=weights)
-    from keras_vit.vision_transformer import VisionTransformer
-
+    if model_class is None:
+        raise ValueError(f"{weights} comes with its model's config ({config}): "
+                         "open_source needs the model_class to rebuild that model.")
     try:
         with open(config, encoding="utf-8") as f:
-            model = VisionTransformer.from_config(json.load(f))
+            model = model_class.from_config(json.load(f))
         model.load_weights(weights)
     except Exception as e:  # Keras raises ValueError/KeyError/OSError here
         raise CheckpointError(f"{weights} (with {config}): {e}") from e
@@ -128,6 +137,7 @@ def _model_source(model, origin):
     config = model.get_config()
     meta = {key: config.get(key) for key in
             ("image_size", "num_classes", "representation_size", "classifier")}
+    meta["channels"] = int(config.get("channels") or 3)
     meta["grid_size"] = tuple(model.grid_size)
     if not config.get("include_top", True):
         meta.pop("num_classes")
@@ -141,7 +151,7 @@ def load_weights(model, weights):
     by a fresh zero-initialised one. Returns the model."""
     arch = architecture(model.patch_size, model.hidden_size, model.mlp_dim, model.num_heads,
                         model.num_layers, getattr(model, "resnet", None))
-    load_source(model, open_source(weights, arch))
+    load_source(model, open_source(weights, arch, type(model)))
     return model
 
 
@@ -174,11 +184,18 @@ def assign_params(model, params, origin="checkpoint", grid_size=None):
 
     Position embeddings of another resolution are resized as the official
     `interpolate_posembed` does (the source grid is `grid_size`, or square).
+    An RGB input kernel (the patch embedding's, a hybrid's 'conv_root') going to a
+    model of C != 3 input channels is adapted as timm's `adapt_input_conv`:
+    summed over RGB for C = 1, else repeated over the channels and scaled by 3/C
+    (one log line). For a plain ViT and C = 1 that is exact: the model gives a
+    grey image the logits the RGB model gives it repeated to RGB; a hybrid's
+    weight-standardised stem only approximates that (an initialisation).
     A head (or pre_logits) of another shape, or absent from the checkpoint, is
     left freshly initialised, with a log line. Raises CheckpointError naming the
     first mismatched key with both shapes and listing missing/unexpected keys.
     """
     targets = layout.model_variables(model)
+    stem = _input_kernel(getattr(model, "resnet", None))
     params = dict(params)
     has = {name.split("/")[0] for name in targets if name in _TOP}
     missing = [n for n in targets if n not in params and n not in _TOP]
@@ -197,6 +214,13 @@ def assign_params(model, params, origin="checkpoint", grid_size=None):
         if name == POSEMB and value.shape != expected and value.ndim == 3 \
                 and value.shape[-1] == expected[-1] and not missing and not unexpected:
             value = _resize(value, grid_size, model, origin)
+        if name == stem and value.shape != expected and value.ndim == 4 and value.shape[2] == 3 \
+                and value.shape[:2] + value.shape[3:] == expected[:2] + expected[3:]:
+            value = adapt_input_channels(value, expected[2])
+            logger.info("%s: the RGB '%s' of %s is adapted to %d input channels (%s).",
+                        model.name, name, origin, expected[2],
+                        "summed over RGB" if expected[2] == 1 else
+                        f"repeated and scaled by 3/{expected[2]}")
         if value.shape != expected:
             if name in _TOP:
                 fresh.add(name.split("/")[0])
@@ -226,6 +250,24 @@ def assign_params(model, params, origin="checkpoint", grid_size=None):
         targets[name].assign(value.astype(keras.backend.standardize_dtype(
             targets[name].dtype)))
     return model
+
+
+def adapt_input_channels(kernel, channels):
+    """An RGB convolution kernel (kh, kw, 3, out) for `channels` input channels,
+    as timm's `adapt_input_conv`: the sum over RGB for 1 channel (a grey image
+    then gives what the RGB kernel gives it repeated to RGB); otherwise RGB
+    repeated to `channels` and scaled by 3 / channels."""
+    kernel = np.asarray(kernel)
+    if channels == 1:
+        return kernel.sum(axis=2, keepdims=True)
+    repeats = -(-channels // 3)
+    tiled = np.concatenate([kernel] * repeats, axis=2)[:, :, :channels]
+    return (tiled * (3.0 / channels)).astype(kernel.dtype)
+
+
+def _input_kernel(resnet):
+    """The checkpoint name of the kernel that sees the image's channels."""
+    return "conv_root/kernel" if resnet is not None else "embedding/kernel"
 
 
 def _resize(value, grid_size, model, origin):
