@@ -2,7 +2,7 @@
 
   python benchmarks/demo_accuracy.py [--target=0.92] [--budget_s=900] [trainer flags]
 
-Trains configs/fashion_mnist.py with --strategy=mirrored --cpu_replicas=2 in a fresh
+Runs tools/demo.py (configs/fashion_mnist.py, the default strategy) in a fresh
 run directory (TFRecords are reused), prints accuracy, wall time, images/s and the
 machine load, and writes benchmarks/results/demo_accuracy.json, both naming the machine
 (benchmarks/machine.py: CPU kinds differ up to 4x).

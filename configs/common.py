@@ -45,6 +45,7 @@ def base_config(model="ViT_B16"):
       max_train_examples=10_000, max_test_examples=10_000))
   c.eval_split = "test"
   c.eval_batch_size = 0          # 0: batch_size
+  c.eval_every = 0               # > 0: also evaluate every N steps (RUN/eval_log.jsonl, learning curve)
   c.input = ml_collections.ConfigDict(dict(
       augment="inception_crop",  # inception_crop | random_crop | none
       area_range=(0.05, 1.0), flip=True, shuffle_buffer=50_000,
@@ -60,7 +61,7 @@ def base_config(model="ViT_B16"):
 
 
 def finetune_config(model="ViT_B16"):
-  """The paper's fine-tuning recipe (DESIGN.md "Recipes")."""
+  """The paper's fine-tuning recipe (docs/design.md, "Recipes")."""
   c = base_config(model)
   c.optimizer = "sgd"
   c.weight_decay = 0.0

@@ -1,5 +1,6 @@
 """What our commands print: our own lines and a progress bar, none of the libraries'."""
 import io
+import json
 import os
 import re
 import subprocess
@@ -92,12 +93,19 @@ def test_training_and_export_print_only_our_lines(tmp_path):
   run_dir = str(tmp_path / "run")
   train = _run(testing.trainer_cmd("pretrain", data, run_dir, "--config.total_steps=4",
                                    "--config.checkpoint_every=2", "--strategy=mirrored",
-                                   "--cpu_replicas=2"))
+                                   "--cpu_replicas=2", "--config.eval_every=2"))
   assert train.returncode == 0, train.stderr[-3000:]
   output = train.stdout + train.stderr
   assert not _noise(output), _noise(output)
   assert re.search(r"^training: 4/4 steps \(100%\), \d+ images/s", output, re.M), output
   assert "test accuracy:" in output
+  # eval_every=2: the test split evaluated at steps 2 and 4, and the learning curve drawn.
+  evals = [json.loads(line) for line in open(os.path.join(run_dir, "eval_log.jsonl"))]
+  assert [e["step"] for e in evals] == [2, 4] and all(0 <= e["accuracy"] <= 1 for e in evals)
+  with open(os.path.join(run_dir, "learning_curve.png"), "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  assert json.load(open(os.path.join(run_dir, "metrics.json")))["learning_curve"].endswith(
+      "learning_curve.png")
 
   saved_model = str(tmp_path / "saved_model" / "1")
   tflite = str(tmp_path / "model.tflite")

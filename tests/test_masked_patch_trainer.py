@@ -27,7 +27,7 @@ TINY_MODEL = dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1, patch_s
 def _tiny(config, **keys):
   config.model.update(TINY_MODEL)
   config.update(dict(batch_size=16, warmup_steps=1, eval_batch_size=32, total_steps=2,
-                     checkpoint_every=2, **keys))
+                     checkpoint_every=2, jit_compile=False, **keys))
   return config
 
 

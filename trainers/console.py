@@ -195,6 +195,7 @@ class Progress:
     self.every_seconds = float(every_seconds)
     self.postfix = {}
     self._t0 = self._last_print = time.perf_counter()
+    self._first = None  # (time, n) of the first update: rate and ETA leave out the start-up
     self._bar = None
     self._closed = False
     if verbosity() == "quiet":
@@ -204,10 +205,17 @@ class Progress:
       self._bar = tqdm.tqdm(total=self.total, initial=self.n, desc=desc, unit=unit,
                             file=self.stream, dynamic_ncols=True, leave=True)
 
+  def _since_first(self):
+    """(units, seconds) since the first update: the time to it (tracing, compilation)
+    says nothing about the rate."""
+    if self._first is None:
+      return 0, 0.0
+    return self.n - self._first[1], time.perf_counter() - self._first[0]
+
   def rate(self):
-    """Items (units x scale) per second since this bar started."""
-    seconds = time.perf_counter() - self._t0
-    return (self.n - self._start) * self.scale / seconds if seconds > 0 else 0.0
+    """Items (units x scale) per second since the first update."""
+    done, seconds = self._since_first()
+    return done * self.scale / seconds if done and seconds > 0 else 0.0
 
   def _postfix_text(self):
     return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
@@ -215,20 +223,23 @@ class Progress:
 
   def line(self):
     """The plain-text state: 'desc: 500/2000 steps (25%), 1116 images/s, ETA 1:20, ...'."""
-    done = self.n - self._start
+    done, since = self._since_first()
     seconds = time.perf_counter() - self._t0
-    eta = (self.total - self.n) * seconds / done if done else float("nan")
+    left = self.total - self.n
+    eta = left * since / done if done else (0.0 if not left else None)
     parts = [f"{self.desc}: {self.n}/{self.total} {_plural(self.unit)} "
              f"({100 * self.n / max(self.total, 1):.0f}%)",
-             f"{self.rate():.0f} {_plural(self.scale_unit)}/s",
+             f"{self.rate():.0f} {_plural(self.scale_unit)}/s" if done else "starting",
              f"elapsed {_format_seconds(seconds)}",
-             f"ETA {_format_seconds(eta) if done else '?'}"]
+             f"ETA {_format_seconds(eta) if eta is not None else '?'}"]
     if self.postfix:
       parts.append(self._postfix_text())
     return ", ".join(parts)
 
   def update(self, n=1, **postfix):
     """Advances by `n` units; keyword arguments are shown beside the bar."""
+    if self._first is None:
+      self._first = (time.perf_counter(), self.n + int(n))
     self.n = min(self.n + int(n), self.total)
     self.postfix.update({k: (float(v) if hasattr(v, "__float__") and not isinstance(v, int)
                              else v) for k, v in postfix.items()})

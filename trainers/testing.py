@@ -14,7 +14,8 @@ PY = sys.executable
 TINY = ["--config.model.hidden_size=16", "--config.model.mlp_dim=32",
         "--config.model.num_heads=2", "--config.model.num_layers=1",
         "--config.model.patch_size=7", "--config.batch_size=16", "--config.warmup_steps=1",
-        "--config.eval_batch_size=64", "--config.deterministic_ops=True"]
+        "--config.eval_batch_size=64", "--config.deterministic_ops=True",
+        "--config.jit_compile=False"]  # XLA does not run under MirroredStrategy on CPUs
 
 
 def synthetic_split(n, seed, num_classes=4, size=28):

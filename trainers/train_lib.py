@@ -10,6 +10,8 @@ directory. Layout of RUN (--model_dir):
   RUN/tensorboard/             loss, accuracy, learning_rate, images_per_second
                                (train, every checkpoint interval) and eval metrics
   RUN/train_log.jsonl          one JSON line per checkpoint interval (step, loss, ...)
+  RUN/eval_log.jsonl           eval metrics every `eval_every` steps (when > 0)
+  RUN/learning_curve.png       train loss and eval accuracy against step
   RUN/metrics.json             step, test_accuracy|eval_accuracy, eval_loss,
                                train_images_per_second, train_loss, wall_seconds, ...
   RUN/model.weights.h5         final model weights (EMA weights when EMA is on);
@@ -33,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainers import console
+from trainers import curves
 from trainers import input_pipeline
 from trainers import keras_workarounds
 from trainers import masked_patch  # pylint: disable=unused-import  (registers "masked_patch")
@@ -46,6 +49,8 @@ from trainers.summaries import write_scalar
 log = logging.getLogger("trainers")
 
 CHECKPOINT_DIR = "checkpoints"
+EVAL_LOG = "eval_log.jsonl"
+LEARNING_CURVE = "learning_curve.png"
 WEIGHTS_FILE = "model.weights.h5"
 MODEL_CONFIG_FILE = "model_config.json"
 
@@ -55,6 +60,28 @@ class TrainingDivergedError(RuntimeError):
 
 
 # --- callbacks ------------------------------------------------------------------
+
+class PeriodicEval(keras.callbacks.Callback):
+  """Evaluates every `eval_every` steps (at checkpoint-interval ends; the current
+  weights, not the EMA's) and appends {step, <split> metrics} to RUN/eval_log.jsonl,
+  for the learning curve."""
+
+  def __init__(self, eval_ds, steps_per_epoch, eval_every, metric_name, log_path=None):
+    super().__init__()
+    self.eval_ds, self.steps_per_epoch = eval_ds, int(steps_per_epoch)
+    self.eval_every, self.metric_name, self.log_path = int(eval_every), metric_name, log_path
+
+  def on_epoch_end(self, epoch, logs=None):
+    step = (epoch + 1) * self.steps_per_epoch
+    if step % self.eval_every:
+      return
+    results = self.model.evaluate(self.eval_ds, return_dict=True, verbose=0)
+    record = {"step": step, **{k: float(v) for k, v in results.items()}}
+    log.debug("step %d eval %s: %.4f", step, self.metric_name, record[self.metric_name])
+    if self.log_path:
+      with tf.io.gfile.GFile(self.log_path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
 
 class NanGuard(keras.callbacks.Callback):
   """Stops training at the first non-finite loss and remembers the step."""
@@ -342,6 +369,22 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
   if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
     _prebuild_for_multi_worker(model, strategy, data_dir, config, common, input_cfg)
 
+  eval_split = config.get("eval_split", "test")
+  eval_ds = None
+  if eval_split and eval_split in manifest.get("splits", {}):
+    eval_info = input_pipeline.get_split(data_dir, eval_split, strict, verify)
+    eval_batch = min(int(config.get("eval_batch_size") or batch),
+                     -(-eval_info.num_examples // replicas) * replicas)
+    eval_batch = max(eval_batch - eval_batch % replicas, replicas)
+    eval_ds = input_pipeline.eval_dataset(
+        data_dir, batch_size=eval_batch, split=eval_split,
+        drop_remainder=isinstance(strategy, tf.distribute.TPUStrategy), info=eval_info,
+        **common)
+  eval_every = int(config.get("eval_every") or 0)
+  periodic = (PeriodicEval(eval_ds, every, eval_every, objective.metric_name,
+                           os.path.join(model_dir, EVAL_LOG) if chief else None)
+              if eval_ds is not None and eval_every else None)
+
   guard = NanGuard(every)
   checkpoint = RunCheckpoint(ckpt_dir, guard)
   logger = RunLogger(every, batch, total_steps,
@@ -352,6 +395,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
       summary_dir=os.path.join(model_dir, "tensorboard", "fewshot") if chief else None)
   model.fit(train_ds, epochs=epochs, initial_epoch=start_epoch, steps_per_epoch=every,
             callbacks=[guard, checkpoint] + ([fewshot] if fewshot else []) + [logger] +
+            ([periodic] if periodic else []) +
             ([TrainingProgress(total_steps, batch, start_step, spe)] if chief else []),
             verbose=0)
   if guard.bad_step is not None:
@@ -364,17 +408,8 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
   if optimizer.use_ema:  # evaluate and export the Polyak-averaged weights
     with strategy.scope():
       optimizer.finalize_variable_values(model.trainable_variables)
-  eval_split = config.get("eval_split", "test")
   results = {}
-  if eval_split and eval_split in manifest.get("splits", {}):
-    eval_info = input_pipeline.get_split(data_dir, eval_split, strict, verify)
-    eval_batch = min(int(config.get("eval_batch_size") or batch),
-                     -(-eval_info.num_examples // replicas) * replicas)
-    eval_batch = max(eval_batch - eval_batch % replicas, replicas)
-    eval_ds = input_pipeline.eval_dataset(
-        data_dir, batch_size=eval_batch, split=eval_split,
-        drop_remainder=isinstance(strategy, tf.distribute.TPUStrategy), info=eval_info,
-        **common)
+  if eval_ds is not None:
     results = model.evaluate(eval_ds, return_dict=True, verbose=0)
   key = "test_accuracy" if eval_split == "test" else "eval_accuracy"
   metrics = {
@@ -400,6 +435,10 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
     metrics["fewshot"] = fewshot.history
   if chief:
     export(model, model_dir)
+    metrics["learning_curve"] = curves.write_learning_curve(
+        os.path.join(model_dir, "train_log.jsonl"), os.path.join(model_dir, EVAL_LOG),
+        os.path.join(model_dir, LEARNING_CURVE), final=(metrics["step"], metrics.get(key)),
+        metric=objective.metric_name, split=eval_split)
     _write_json(os.path.join(model_dir, "metrics.json"), metrics)
     if results:
       with tf.summary.create_file_writer(os.path.join(model_dir, "tensorboard", "eval")
