@@ -29,10 +29,6 @@ def data(tmp_path_factory):
   return str(d)
 
 
-def _take(ds, n):
-  return [(x.numpy(), y.numpy()) for x, y in ds.take(n)]
-
-
 def _image(h=17, w=23, seed=0):
   return tf.constant(np.random.default_rng(seed).integers(0, 256, (h, w, 3)), tf.float32)
 
@@ -178,8 +174,8 @@ def test_each_image_draws_its_own_ops():
 
 def test_pipeline_randaugments_each_example_with_its_own_seed(data):
   kw = dict(KW, augment="none", flip=False)  # 28 px data at 28 px: the raw images
-  (plain, labels), = _take(ip.train_dataset(data, batch_size=8, **kw), 1)
-  (aug, aug_labels), = _take(ip.train_dataset(
+  (plain, labels), = testing.take(ip.train_dataset(data, batch_size=8, **kw), 1)
+  (aug, aug_labels), = testing.take(ip.train_dataset(
       data, batch_size=8, augmentation={"randaug": (2, 10)}, **kw), 1)
   np.testing.assert_array_equal(labels, aug_labels)
   raw = np.round(plain * ip.SCALE + ip.MEAN)
@@ -264,9 +260,9 @@ def test_both_on_picks_one_per_batch():
 # --- the pipeline -----------------------------------------------------------------
 
 def test_no_augmentation_is_todays_stream(data):
-  ref = _take(ip.train_dataset(data, batch_size=8, **KW), 3)
+  ref = testing.take(ip.train_dataset(data, batch_size=8, **KW), 3)
   for off in (None, {}, {"aug_setting": "none"}, {"randaug": "", "mixup": 0, "cutmix": None}):
-    got = _take(ip.train_dataset(data, batch_size=8, augmentation=off, **KW), 3)
+    got = testing.take(ip.train_dataset(data, batch_size=8, augmentation=off, **KW), 3)
     for (a, b), (c, d) in zip(ref, got):
       np.testing.assert_array_equal(a, c)
       np.testing.assert_array_equal(b, d)
@@ -277,16 +273,16 @@ def test_augmented_stream_is_deterministic_and_resumable(data):
   def one_hot(x, y):  # what objectives.Classification.map_batch does
     return x, tf.one_hot(y, 4)
   kw = dict(KW, batch_fn=one_hot, augmentation=AUG)
-  full = _take(ip.train_dataset(data, batch_size=8, **kw), 16)  # > 1 epoch (12 steps)
-  again = _take(ip.train_dataset(data, batch_size=8, **kw), 16)
-  resumed = _take(ip.train_dataset(data, batch_size=8, start_step=9, **kw), 7)
+  full = testing.take(ip.train_dataset(data, batch_size=8, **kw), 16)  # > 1 epoch (12 steps)
+  again = testing.take(ip.train_dataset(data, batch_size=8, **kw), 16)
+  resumed = testing.take(ip.train_dataset(data, batch_size=8, start_step=9, **kw), 7)
   for (a, b), (c, d) in zip(full, again):
     np.testing.assert_array_equal(a, c)
     np.testing.assert_array_equal(b, d)
   for (a, b), (c, d) in zip(full[9:], resumed):
     np.testing.assert_array_equal(a, c)
     np.testing.assert_array_equal(b, d)
-  plain = _take(ip.train_dataset(data, batch_size=8, batch_fn=one_hot, **KW), 2)
+  plain = testing.take(ip.train_dataset(data, batch_size=8, batch_fn=one_hot, **KW), 2)
   for (x, y), (x0, y0) in zip(full, plain):
     assert x.shape == x0.shape == (8, 28, 28, 3) and x.dtype == np.float32
     assert y.shape == y0.shape == (8, 4) and y.dtype == np.float32
@@ -301,7 +297,7 @@ def test_augmented_stream_is_deterministic_and_resumable(data):
 
 
 def test_mixing_needs_class_labels(data):
-  (_, y), = _take(ip.train_dataset(data, batch_size=8, augmentation={"mixup": 0.5}, **KW), 1)
+  (_, y), = testing.take(ip.train_dataset(data, batch_size=8, augmentation={"mixup": 0.5}, **KW), 1)
   assert y.shape == (8, 4) and y.dtype == np.float32  # int labels one-hot encoded first
   np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-6)
 

@@ -19,14 +19,10 @@ def data(tmp_path_factory):
   return str(d)
 
 
-def _take(ds, n):
-  return [(x.numpy(), y.numpy()) for x, y in ds.take(n)]
-
-
 def test_stream_is_deterministic_and_resumable(data):
-  full = _take(ip.train_dataset(data, batch_size=8, **KW), 30)  # > 2 epochs
-  again = _take(ip.train_dataset(data, batch_size=8, **KW), 30)
-  resumed = _take(ip.train_dataset(data, batch_size=8, start_step=17, **KW), 13)
+  full = testing.take(ip.train_dataset(data, batch_size=8, **KW), 30)  # > 2 epochs
+  again = testing.take(ip.train_dataset(data, batch_size=8, **KW), 30)
+  resumed = testing.take(ip.train_dataset(data, batch_size=8, start_step=17, **KW), 13)
   for (a, b), (c, d) in zip(full, again):
     np.testing.assert_array_equal(a, c)
     np.testing.assert_array_equal(b, d)
@@ -41,12 +37,12 @@ def test_stream_is_deterministic_and_resumable(data):
 
 
 def test_pipelines_split_each_global_batch_exactly(data):
-  single = _take(ip.train_dataset(data, batch_size=8, **KW), 4)
+  single = testing.take(ip.train_dataset(data, batch_size=8, **KW), 4)
   parts = []
   for p in range(2):
     ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=p,
                                      num_replicas_in_sync=2)
-    parts.append(_take(ip.train_dataset(data, batch_size=4, global_batch_size=8,
+    parts.append(testing.take(ip.train_dataset(data, batch_size=4, global_batch_size=8,
                                         input_context=ctx, **KW), 4))
   for step in range(4):
     merged = np.concatenate([parts[0][step][0], parts[1][step][0]])

@@ -80,3 +80,8 @@ def load_weights(model_dir):
   with h5py.File(os.path.join(model_dir, "model.weights.h5"), "r") as f:
     f.visititems(lambda name, obj: out.append((name, obj[()])) if hasattr(obj, "shape") else None)
   return dict(out)
+
+
+def take(ds, n):
+  """The first n (images, labels) batches of a dataset, as numpy arrays."""
+  return [(x.numpy(), y.numpy()) for x, y in ds.take(n)]
