@@ -21,7 +21,7 @@ TensorFlow: `tf.saved_model.load(path).signatures["serving_default"]`.
 import keras
 import tensorflow as tf
 
-from deploy import preprocessing, require_tensorflow_backend
+from deploy import preprocessing, require_tensorflow_backend, sources
 
 SERVING_DEFAULT = "serving_default"
 PREDICT_IMAGES = "predict_images"
@@ -41,15 +41,7 @@ class Classifier:
 
     def __init__(self, model, class_names=None, top_k=5):
         require_tensorflow_backend()
-        if not getattr(model, "include_top", True):
-            raise ValueError(f"model '{model.name}' has no head (include_top=False); "
-                             "a served classifier needs logits.")
-        activation = getattr(model, "classifier_activation", None)
-        if activation not in (None, "linear"):
-            raise ValueError(f"model '{model.name}' ends in classifier_activation="
-                             f"{activation!r}; the served signatures apply softmax to "
-                             "logits themselves: export a model with "
-                             "classifier_activation=None.")
+        sources.require_logits(model, "a served classifier")
         channels = int(model.inputs[0].shape[-1])
         if channels != 3:
             raise ValueError(f"model '{model.name}' takes {channels}-channel images; the "

@@ -83,3 +83,16 @@ def read_class_names(path, num_classes):
         raise SourceError(f"{path} has {len(names)} class names; the model has "
                           f"{num_classes} classes.")
     return [str(name) for name in names]
+
+
+def require_logits(model, consumer, error=ValueError):
+    """Raises `error` unless `model` ends in logits (a head, no classifier activation):
+    the exports compute the softmax themselves. `consumer` names who needs them."""
+    if not getattr(model, "include_top", True):
+        raise error(f"model '{model.name}' has no head (include_top=False); {consumer} "
+                    "needs logits.")
+    activation = getattr(model, "classifier_activation", None)
+    if activation not in (None, "linear"):
+        raise error(f"model '{model.name}' applies classifier_activation={activation!r} to "
+                    f"its head; {consumer} computes the softmax itself from logits: build "
+                    "the model with classifier_activation=None.")

@@ -1,0 +1,206 @@
+"""ONNX files (tools/export_onnx.py, deploy/onnx.py): a tiny ViT and a tiny hybrid,
+exported through Keras' own exporter and run by onnxruntime on real Fashion-MNIST
+images, follow the Keras model; dynamic batch and float16; models that cannot be
+exported and a missing dependency are refused with the reason; the CLI's report."""
+
+import importlib.util
+import json
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from deploy import datasets
+from deploy import onnx as onnx_export
+import export_testing as et
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                                reason="the export builds TensorFlow graphs")
+needs_onnx = pytest.mark.skipif(
+    not all(importlib.util.find_spec(name) for name in onnx_export.REQUIRED),
+    reason=f"needs tf2onnx, onnxruntime and onnx: {onnx_export.INSTALL_COMMAND}")
+
+NUM_IMAGES = 200
+# float32 ONNX against float32 Keras: max |delta logit| <= LOGIT_RTOL * the
+# logits' scale, max(1, max |logit|): 1e-5 on logits of O(1). Both runtimes do
+# the same float32 operations; only the summation order and the kernels differ
+# (onnxruntime's MLAS against TensorFlow's Eigen/oneDNN, with other fusions), so
+# the error is relative to the values: each reordered dot product of n terms
+# (n <= 576: the hybrid's 3x3x64 convolution; 64-256 in the ViTs) is off by
+# about sqrt(n) * 2**-24 of the sum of its |terms|, and two encoder blocks pass
+# that on through LayerNorm without amplifying it much. Measured: 4.3e-6 on the
+# trained ViT's logits of up to 7 (6e-7 of the scale), 2.0e-6 on the random
+# hybrid's of up to 1.7 (1.2e-6). 1e-5 is ~170 float32 roundings (2**-24 each)
+# of the scale, an 8x margin or more, and still below what a conversion that
+# computes something else gives (erf instead of tanh GELU alone moves an
+# activation by up to 5e-4).
+LOGIT_RTOL = 1e-5
+# float16 (mixed_float16) against float32 Keras: 11-bit activations, as the
+# TFLite float16 test asks (tests/test_export_tflite.py).
+FLOAT16_BOUNDS = (0.995, 1e-2)  # (min top-1 agreement, max |delta probability|)
+HYBRID_SIZE = 32  # R(1,1) has stride 8: a 4x4 feature map, 16 tokens of patch 1
+
+
+@pytest.fixture(scope="module")
+def vit():
+    return et.tiny_classifier()
+
+
+@pytest.fixture(scope="module")
+def hybrid():
+    """A hybrid R(1,1) + 2-block ViT (tests/test_hybrid.py's small one) with fixed
+    random weights (the head, zero at init, too)."""
+    keras.utils.set_random_seed(1)
+    model = keras_vit.VisionTransformer(
+        image_size=HYBRID_SIZE, resnet=(1, 1), patch_size=1, hidden_size=48, mlp_dim=96,
+        num_heads=4, num_layers=2, num_classes=et.NUM_CLASSES, name="tiny_hybrid")
+    rng = np.random.default_rng(1)
+    model.set_weights([w + rng.normal(0, 0.1, w.shape).astype(w.dtype)
+                       for w in model.get_weights()])
+    return model
+
+
+@pytest.fixture(scope="module")
+def images():
+    return et.fashion_mnist(NUM_IMAGES)
+
+
+def _keras_logits(model, pixels):
+    return model.predict(np.asarray(pixels, np.float32) / 127.5 - 1.0, verbose=0)
+
+
+@needs_onnx
+@pytest.mark.parametrize("kind,dynamic_batch", [("vit", False), ("vit", True),
+                                                ("hybrid", False)])
+def test_exported_file_follows_the_keras_model(kind, dynamic_batch, vit, hybrid, images,
+                                               tmp_path):
+    model = {"vit": vit, "hybrid": hybrid}[kind]
+    size = tuple(model.image_size)
+    pixels = (images[0] if size == (et.IMAGE_SIZE, et.IMAGE_SIZE)
+              else datasets.fashion_mnist_test(size, NUM_IMAGES)[0])
+    path = str(tmp_path / f"{kind}.onnx")
+    exported = onnx_export.export_keras_model(model, path, dynamic_batch=dynamic_batch)
+    assert exported["input"] == {"name": "images", "dtype": "float32",
+                                 "shape": [None if dynamic_batch else 1, *size, 3]}
+    assert exported["outputs"] == ["logits", "probabilities"]
+
+    classifier = onnx_export.ONNXClassifier(path)
+    expected = _keras_logits(model, pixels)
+    scale = max(1.0, float(np.abs(expected).max()))
+    assert scale < 10  # logits of O(1), as LOGIT_RTOL assumes
+    produced = classifier.logits(pixels)  # batch-1 file: one image per run; else 100
+    np.testing.assert_allclose(produced, expected, rtol=0, atol=LOGIT_RTOL * scale)
+    probabilities = classifier.predict(pixels)
+    assert np.array_equal(probabilities.argmax(1), expected.argmax(1))
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+    counts = onnx_export.operator_counts(path)
+    assert not onnx_export.non_standard_ops(counts)
+    assert {"Conv", "MatMul", "Softmax", "Tanh"} <= set(counts)  # tanh GELU stays tanh
+    if kind == "hybrid":
+        assert counts["Conv"] >= 8 and "MaxPool" in counts  # the ResNet is in the file
+
+
+@needs_onnx
+def test_float16_runs_and_halves_the_weights(vit, images, tmp_path):
+    pixels, _ = images
+    paths = {p: str(tmp_path / f"{p}.onnx") for p in onnx_export.PRECISIONS}
+    for precision, path in paths.items():
+        onnx_export.export_keras_model(vit, path, precision)
+    expected = et.keras_probabilities(vit, pixels)
+    assert len(set(expected.argmax(1))) >= 3  # agreement below means something
+    produced = onnx_export.ONNXClassifier(paths["float16"]).predict(pixels)
+    agreement, max_delta = FLOAT16_BOUNDS
+    assert np.mean(produced.argmax(1) == expected.argmax(1)) >= agreement
+    assert np.abs(produced - expected).max() <= max_delta
+    assert "Cast" in onnx_export.operator_counts(paths["float16"])
+    # float16 weights; LayerNorm scales and biases stay float32, as Keras keeps them.
+    assert onnx_export.constant_bytes(paths["float16"]) <= 0.55 * onnx_export.constant_bytes(
+        paths["float32"])
+
+
+@needs_onnx
+def test_the_check_after_export_catches_a_file_that_computes_something_else(vit, tmp_path):
+    path = str(tmp_path / "vit.onnx")
+    onnx_export.export_keras_model(vit, path)
+    other = et._architecture()  # pylint: disable=protected-access
+    other.set_weights([w * 1.5 for w in vit.get_weights()])
+    with pytest.raises(onnx_export.ExportError, match="differ from the Keras model's by"):
+        onnx_export.check_file(path, onnx_export.prepare(other))
+
+
+def test_a_dynamic_image_size_is_refused_naming_why():
+    inputs = keras.Input((None, None, 3), name="image")
+    logits = keras.layers.Dense(et.NUM_CLASSES)(keras.layers.GlobalAveragePooling2D()(inputs))
+    model = keras.Model(inputs, logits, name="any_size")
+    with pytest.raises(onnx_export.ExportError, match=r"'any_size' has a dynamic image size "
+                       r"\(None, None\); the ONNX file is exported at one fixed H x W"):
+        onnx_export.prepare(model)
+
+
+def test_a_headless_model_is_refused():
+    model = keras_vit.VisionTransformer(image_size=28, patch_size=7, hidden_size=32,
+                                        mlp_dim=64, num_heads=2, num_layers=1,
+                                        include_top=False, name="headless")
+    with pytest.raises(onnx_export.ExportError, match="'headless' has no head"):
+        onnx_export.prepare(model)
+
+
+def test_an_unknown_precision_is_refused(vit):
+    with pytest.raises(onnx_export.ExportError, match="precision='int8': expected one of "
+                       "float32, float16"):
+        onnx_export.prepare(vit, "int8")
+
+
+def test_a_missing_dependency_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "tf2onnx", None)  # `import tf2onnx` raises ImportError
+    with pytest.raises(onnx_export.ExportError,
+                       match=r"needs tf2onnx \(not installed\): `pip install -e '\.\[onnx\]'`"):
+        onnx_export.export_keras_model(et._architecture(),  # pylint: disable=protected-access
+                                       str(tmp_path / "x.onnx"))
+    assert not (tmp_path / "x.onnx").exists()
+
+
+@needs_onnx
+def test_cli_run_dir_with_report(vit, tmp_path):
+    run_dir = et.write_run_dir(vit, str(tmp_path / "run"))
+    output, report_path = tmp_path / "vit.onnx", tmp_path / "report.json"
+    result = et.run_tool(["tools/export_onnx.py", f"--run_dir={run_dir}", "--dynamic_batch",
+                          f"--output={output}", f"--report={report_path}",
+                          "--num_eval_images=100", "--latency_repeats=20"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith(f"Wrote {output} ("), result.stdout[:500]  # ours first
+    assert "tf2onnx" not in result.stderr and "Saved artifact" not in result.stdout
+    written = json.loads(report_path.read_text())
+    assert written["file_size_bytes"] == output.stat().st_size
+    assert written["op_counts"] == onnx_export.operator_counts(str(output))
+    assert written["standard_ops_only"] is True and written["reference"] == "keras"
+    assert written["precision"] == "float32" and written["dynamic_batch"] is True
+    assert written["input"] == {"shape": [None, 28, 28, 3], "dtype": "float32"}
+    assert written["outputs"] == ["logits", "probabilities"]
+
+    pixels, labels = et.fashion_mnist(100)
+    expected = et.keras_probabilities(vit, pixels)
+    produced = onnx_export.ONNXClassifier(str(output)).predict(pixels)
+    assert written["num_images"] == 100
+    assert written["top1_agreement"] == pytest.approx(
+        np.mean(produced.argmax(1) == expected.argmax(1)))
+    assert written["max_abs_delta_probability"] == pytest.approx(
+        np.abs(produced - expected).max(), abs=1e-6)
+    # The softmax at most halves a logit error: |dp_i| <= 2 p_i (1 - p_i) max|dz| <= max|dz| / 2.
+    scale = max(1.0, float(np.abs(_keras_logits(vit, pixels)).max()))
+    assert written["max_abs_delta_probability"] <= 0.5 * LOGIT_RTOL * scale
+    assert written["reference_accuracy"] == pytest.approx(np.mean(expected.argmax(1) == labels))
+    assert written["onnx_accuracy"] == pytest.approx(np.mean(produced.argmax(1) == labels))
+    for timing in [*written["latency_per_image"].values(), written["keras_latency_per_image"]]:
+        assert timing["repeats"] == 20 and 0 < timing["median_ms"] < 1000
+    assert set(written["latency_per_image"]) == {"1_threads", "2_threads"}
+
+
+@needs_onnx
+def test_cli_refuses_a_model_without_weights(tmp_path):
+    result = et.run_tool(["tools/export_onnx.py", "--model=ViT_Ti16",
+                          f"--output={tmp_path / 'x.onnx'}"])
+    assert result.returncode != 0
+    assert "--model=ViT_Ti16 needs --weights" in result.stderr
