@@ -72,7 +72,6 @@ def run(model, data_dir, batch_size=256, **options):
 
 def main(argv):
   del argv
-  console.setup()  # again: absl raised its own verbosity while parsing the flags
   try:
     model = inspect_io.load_model_from_flags()
     if not FLAGS.data_dir:
@@ -97,4 +96,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run_app(main)
