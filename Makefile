@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 FMNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: setup data test demo clean
+.PHONY: setup data lint format test demo clean
 
 setup: $(VENV)/.installed
 
@@ -29,7 +29,16 @@ data:
 NUMERIC_TESTS := tests/test_fidelity.py tests/test_layers.py tests/test_hybrid_layers.py \
 	tests/test_hybrid.py tests/test_fused_attention.py
 
-test: setup data
+# One style (pyproject.toml [tool.ruff]): `make format` applies it.
+lint: setup
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
+
+format: setup
+	$(VENV)/bin/ruff format --quiet .
+	$(VENV)/bin/ruff check --quiet --fix .
+
+test: setup data lint
 	$(PY) -m pytest -q tests
 	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q $(NUMERIC_TESTS)
 

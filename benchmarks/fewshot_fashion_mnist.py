@@ -10,6 +10,7 @@ The model is configs/fashion_mnist.py's (patch 4, hidden 96, MLP 192, 3 heads,
 RUN/model_config.json + RUN/model.weights.h5 + RUN/metrics.json as trainers write;
 metrics.json also names the machine (benchmarks/machine.py: CPU kinds differ up to 4x).
 """
+
 import argparse
 import json
 import os
@@ -21,60 +22,76 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import keras_vit  # pylint: disable=g-import-not-at-top,wrong-import-position
-from deploy.datasets import read_idx  # pylint: disable=g-import-not-at-top,wrong-import-position
-from benchmarks.machine import describe, machine_info  # pylint: disable=g-import-not-at-top,wrong-import-position
+import keras_vit
+from benchmarks.machine import describe, machine_info
+from deploy.datasets import read_idx
 
-MODEL = dict(image_size=28, patch_size=4, hidden_size=96, mlp_dim=192, num_heads=3,
-             num_layers=4, classifier="gap", num_classes=10)
+MODEL = dict(
+    image_size=28,
+    patch_size=4,
+    hidden_size=96,
+    mlp_dim=192,
+    num_heads=3,
+    num_layers=4,
+    classifier="gap",
+    num_classes=10,
+)
 
 
 def load(directory, prefix):
-  images = read_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"))
-  labels = read_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"))
-  images = np.repeat(images[..., None], 3, axis=-1).astype("float32") / 127.5 - 1.0
-  return images, labels.astype("int64")
+    images = read_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"))
+    images = np.repeat(images[..., None], 3, axis=-1).astype("float32") / 127.5 - 1.0
+    return images, labels.astype("int64")
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--run_dir", required=True)
-  parser.add_argument("--fashion_mnist_dir", default="/usr/share/datasets/fashion-mnist")
-  parser.add_argument("--epochs", type=int, default=2)
-  parser.add_argument("--batch_size", type=int, default=128)
-  parser.add_argument("--learning_rate", type=float, default=2e-3)
-  parser.add_argument("--seed", type=int, default=0)
-  args = parser.parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run_dir", required=True)
+    parser.add_argument("--fashion_mnist_dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch_size", type=int, default=128)
+    parser.add_argument("--learning_rate", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
 
-  keras.utils.set_random_seed(args.seed)
-  machine = machine_info()
-  x_train, y_train = load(args.fashion_mnist_dir, "train")
-  x_test, y_test = load(args.fashion_mnist_dir, "t10k")
-  model = keras_vit.VisionTransformer(**MODEL, name="vit_fashion_mnist")
-  steps = args.epochs * (len(x_train) // args.batch_size)
-  schedule = keras.optimizers.schedules.CosineDecay(
-      0.0, steps - 200, warmup_target=args.learning_rate, warmup_steps=200)
-  model.compile(optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.05,
-                                                 global_clipnorm=1.0),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                metrics=["accuracy"])
-  start = time.perf_counter()
-  model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs, verbose=2)
-  train_seconds = time.perf_counter() - start
-  loss, accuracy = model.evaluate(x_test, y_test, batch_size=500, verbose=0)
-  os.makedirs(args.run_dir, exist_ok=True)
-  model.save_weights(os.path.join(args.run_dir, "model.weights.h5"))
-  with open(os.path.join(args.run_dir, "model_config.json"), "w") as f:
-    json.dump(model.get_config(), f, indent=1)
-  metrics = {"step": steps, "test_accuracy": float(accuracy), "eval_loss": float(loss),
-             "train_seconds": train_seconds, "epochs": args.epochs,
-             "batch_size": args.batch_size, "source": "benchmarks/fewshot_fashion_mnist.py",
-             "machine": machine}
-  with open(os.path.join(args.run_dir, "metrics.json"), "w") as f:
-    json.dump(metrics, f, indent=1)
-  print(describe(machine))
-  print(json.dumps(metrics))
+    keras.utils.set_random_seed(args.seed)
+    machine = machine_info()
+    x_train, y_train = load(args.fashion_mnist_dir, "train")
+    x_test, y_test = load(args.fashion_mnist_dir, "t10k")
+    model = keras_vit.VisionTransformer(**MODEL, name="vit_fashion_mnist")
+    steps = args.epochs * (len(x_train) // args.batch_size)
+    schedule = keras.optimizers.schedules.CosineDecay(
+        0.0, steps - 200, warmup_target=args.learning_rate, warmup_steps=200
+    )
+    model.compile(
+        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.05, global_clipnorm=1.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    start = time.perf_counter()
+    model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs, verbose=2)
+    train_seconds = time.perf_counter() - start
+    loss, accuracy = model.evaluate(x_test, y_test, batch_size=500, verbose=0)
+    os.makedirs(args.run_dir, exist_ok=True)
+    model.save_weights(os.path.join(args.run_dir, "model.weights.h5"))
+    with open(os.path.join(args.run_dir, "model_config.json"), "w") as f:
+        json.dump(model.get_config(), f, indent=1)
+    metrics = {
+        "step": steps,
+        "test_accuracy": float(accuracy),
+        "eval_loss": float(loss),
+        "train_seconds": train_seconds,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "source": "benchmarks/fewshot_fashion_mnist.py",
+        "machine": machine,
+    }
+    with open(os.path.join(args.run_dir, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=1)
+    print(describe(machine))
+    print(json.dumps(metrics))
 
 
 if __name__ == "__main__":
-  main()
+    main()

@@ -8,6 +8,7 @@ global batch (no model), and compares with RUN/metrics.json's
 train_images_per_second (the demo run by default) when present. Prints JSON that names
 the machine (benchmarks/machine.py: CPU kinds differ up to 4x).
 """
+
 import argparse
 import importlib.util
 import json
@@ -20,42 +21,54 @@ sys.path.insert(0, ROOT)
 
 
 def main():
-  p = argparse.ArgumentParser()
-  p.add_argument("--data_dir", default=os.path.join(ROOT, "data", "fashion_mnist"))
-  p.add_argument("--config", default=os.path.join(ROOT, "configs", "fashion_mnist.py"))
-  p.add_argument("--run", default=os.path.join(ROOT, "runs", "fashion_mnist"))
-  p.add_argument("--batches", type=int, default=200)
-  a = p.parse_args()
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  from trainers import input_pipeline  # pylint: disable=g-import-not-at-top
-  from benchmarks.machine import describe, machine_info  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.spec_from_file_location("cfg", a.config)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
-  inp = config.input
-  ds = input_pipeline.train_dataset(
-      a.data_dir, batch_size=config.batch_size, image_size=config.image_size,
-      augment=inp.augment, area_range=tuple(inp.area_range), flip=inp.flip,
-      shuffle_buffer=inp.shuffle_buffer, num_classes=config.num_classes or 10)
-  machine = machine_info()
-  it = iter(ds)
-  for _ in range(5):  # warm up (fill the shuffle window)
-    next(it)
-  t = time.perf_counter()
-  for _ in range(a.batches):
-    next(it)
-  rate = a.batches * config.batch_size / (time.perf_counter() - t)
-  result = {"pipeline_images_per_second": rate, "batch_size": config.batch_size,
-            "augment": inp.augment, "loadavg": os.getloadavg(), "machine": machine}
-  metrics = os.path.join(a.run, "metrics.json")
-  if os.path.exists(metrics):
-    with open(metrics) as f:
-      consumed = json.load(f)["train_images_per_second"]
-    result.update(trainer_images_per_second=consumed, headroom=rate / consumed)
-  print(describe(machine))
-  print(json.dumps(result, indent=1))
+    p = argparse.ArgumentParser()
+    p.add_argument("--data_dir", default=os.path.join(ROOT, "data", "fashion_mnist"))
+    p.add_argument("--config", default=os.path.join(ROOT, "configs", "fashion_mnist.py"))
+    p.add_argument("--run", default=os.path.join(ROOT, "runs", "fashion_mnist"))
+    p.add_argument("--batches", type=int, default=200)
+    a = p.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from benchmarks.machine import describe, machine_info
+    from trainers import input_pipeline
+
+    spec = importlib.util.spec_from_file_location("cfg", a.config)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    inp = config.input
+    ds = input_pipeline.train_dataset(
+        a.data_dir,
+        batch_size=config.batch_size,
+        image_size=config.image_size,
+        augment=inp.augment,
+        area_range=tuple(inp.area_range),
+        flip=inp.flip,
+        shuffle_buffer=inp.shuffle_buffer,
+        num_classes=config.num_classes or 10,
+    )
+    machine = machine_info()
+    it = iter(ds)
+    for _ in range(5):  # warm up (fill the shuffle window)
+        next(it)
+    t = time.perf_counter()
+    for _ in range(a.batches):
+        next(it)
+    rate = a.batches * config.batch_size / (time.perf_counter() - t)
+    result = {
+        "pipeline_images_per_second": rate,
+        "batch_size": config.batch_size,
+        "augment": inp.augment,
+        "loadavg": os.getloadavg(),
+        "machine": machine,
+    }
+    metrics = os.path.join(a.run, "metrics.json")
+    if os.path.exists(metrics):
+        with open(metrics) as f:
+            consumed = json.load(f)["train_images_per_second"]
+        result.update(trainer_images_per_second=consumed, headroom=rate / consumed)
+    print(describe(machine))
+    print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
-  main()
+    main()

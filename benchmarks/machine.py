@@ -20,8 +20,18 @@ import platform
 import sys
 
 # /proc/cpuinfo flag names worth recording (matmul, int8 and bf16 speed).
-INSTRUCTION_SETS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni",
-                    "amx_bf16", "amx_int8", "amx_tile", "avx512_fp16")
+INSTRUCTION_SETS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_bf16",
+    "amx_int8",
+    "amx_tile",
+    "avx512_fp16",
+)
 FRAMEWORKS = ("tensorflow", "keras", "jax", "torch")
 
 
@@ -77,9 +87,16 @@ def describe(info=None):
     AMX, load 1.2'."""
     info = info or machine_info()
     sets = set(info.get("instruction_sets") or ())
-    names = [label for flag, label in (("avx2", "AVX2"), ("avx512f", "AVX-512"),
-                                       ("avx512_bf16", "AVX-512-BF16"),
-                                       ("avx512_vnni", "AVX-512-VNNI")) if flag in sets]
+    names = [
+        label
+        for flag, label in (
+            ("avx2", "AVX2"),
+            ("avx512f", "AVX-512"),
+            ("avx512_bf16", "AVX-512-BF16"),
+            ("avx512_vnni", "AVX-512-VNNI"),
+        )
+        if flag in sets
+    ]
     if sets & {"amx_bf16", "amx_int8", "amx_tile"}:
         names.append("AMX")
     if "avx2" in sets and "avx512f" not in sets:

@@ -22,6 +22,7 @@ interleaved in --rounds rounds (onnxruntime and TFLite at 1 thread), the
 comparison to read. Prints benchmarks/machine.py's line first and writes --json
 with "machine". A measurement, not a test: nothing here fails a build.
 """
+
 import os
 import sys
 
@@ -31,25 +32,25 @@ ROOT = os.path.dirname(HERE)
 # would shadow the onnx package itself.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 sys.path.insert(0, ROOT)
-from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+from trainers import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: no library noise in the table
 os.environ["KERAS_BACKEND"] = "tensorflow"
 
-import json  # noqa: E402  pylint: disable=wrong-import-position
-import time  # noqa: E402  pylint: disable=wrong-import-position
-import tempfile  # noqa: E402  pylint: disable=wrong-import-position
+import json
+import tempfile
+import time
 
-from absl import flags  # pylint: disable=wrong-import-position
-import keras  # pylint: disable=wrong-import-position
-import numpy as np  # pylint: disable=wrong-import-position
+import keras
+import numpy as np
+from absl import flags
 
-from benchmarks.machine import describe, machine_info  # pylint: disable=wrong-import-position
-from configs import fashion_mnist  # pylint: disable=wrong-import-position
-from deploy import datasets, interpreter, report, sources, tflite  # pylint: disable=wrong-import-position
-from deploy import onnx as onnx_export  # pylint: disable=wrong-import-position
-import keras_vit  # pylint: disable=wrong-import-position
+import keras_vit
+from benchmarks.machine import describe, machine_info
+from configs import fashion_mnist
+from deploy import datasets, interpreter, report, sources, tflite
+from deploy import onnx as onnx_export
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A trained trainers/ run of the Fashion-MNIST model.")
@@ -73,8 +74,9 @@ def randomize_head(model, seed=0):
     head = model.get_layer("head")
     kernel, bias = head.get_weights()
     rng = np.random.default_rng(seed)
-    head.set_weights([rng.normal(0, 2 / np.sqrt(kernel.shape[0]), kernel.shape).astype(
-        kernel.dtype), bias])
+    head.set_weights(
+        [rng.normal(0, 2 / np.sqrt(kernel.shape[0]), kernel.shape).astype(kernel.dtype), bias]
+    )
     return model
 
 
@@ -83,11 +85,16 @@ def fashion_mnist_model():
         return sources.load_run_dir(FLAGS.run_dir), {"run_dir": FLAGS.run_dir}
     config = fashion_mnist.get_config()
     keras.utils.set_random_seed(0)
-    model = keras_vit.VisionTransformer(image_size=config.image_size,
-                                        num_classes=config.num_classes or FASHION_MNIST_CLASSES,
-                                        name="fashion_mnist_vit", **config.model)
-    return randomize_head(model), {"weights": "random (initialisation, random head)",
-                                   "architecture": dict(config.model)}
+    model = keras_vit.VisionTransformer(
+        image_size=config.image_size,
+        num_classes=config.num_classes or FASHION_MNIST_CLASSES,
+        name="fashion_mnist_vit",
+        **config.model,
+    )
+    return randomize_head(model), {
+        "weights": "random (initialisation, random head)",
+        "architecture": dict(config.model),
+    }
 
 
 def vit_ti16_model():
@@ -111,32 +118,58 @@ def measure(name, model, info, work_dir):
         onnx_export.export_keras_model(model, path, precision)
         results[f"onnx_{precision}"] = {
             "export_seconds": round(time.perf_counter() - start, 1),
-            **onnx_export.build_report(path, precision, lambda _: expected, pixels, labels,
-                                       latency_repeats=FLAGS.latency_repeats)}
+            **onnx_export.build_report(
+                path,
+                precision,
+                lambda _: expected,
+                pixels,
+                labels,
+                latency_repeats=FLAGS.latency_repeats,
+            ),
+        }
         timers[f"onnx_{precision}"] = onnx_export.ONNXClassifier(path, num_threads=1).latency_ms
     start = time.perf_counter()
     content = tflite.convert_keras_model(model, "none")
     seconds = round(time.perf_counter() - start, 1)
-    results["tflite_float32"] = {"export_seconds": seconds, **report.build_report(
-        content, "none", lambda _: expected, pixels, labels,
-        latency_repeats=FLAGS.latency_repeats)}
+    results["tflite_float32"] = {
+        "export_seconds": seconds,
+        **report.build_report(
+            content,
+            "none",
+            lambda _: expected,
+            pixels,
+            labels,
+            latency_repeats=FLAGS.latency_repeats,
+        ),
+    }
     timers["tflite_float32"] = interpreter.TFLiteClassifier(content, num_threads=1).latency_ms
     forward = onnx_export.keras_forward(model)  # traced (and XLA-compiled) once
-    keras_alone = onnx_export.keras_latency_ms(model, pixels, repeats=FLAGS.latency_repeats,
-                                               forward=forward)
+    keras_alone = onnx_export.keras_latency_ms(
+        model, pixels, repeats=FLAGS.latency_repeats, forward=forward
+    )
     results["keras"] = {"latency_per_image": {"default_threads": keras_alone}}
     timers["keras"] = lambda px, repeats, warmup: onnx_export.keras_latency_ms(
-        model, px, repeats=repeats, warmup=warmup, forward=forward)
+        model, px, repeats=repeats, warmup=warmup, forward=forward
+    )
     interleaved = {key: [] for key in timers}
     for _ in range(FLAGS.rounds):
         for key, timer in timers.items():
-            interleaved[key].append(timer(pixels, repeats=FLAGS.latency_repeats,
-                                          warmup=WARMUP)["median_ms"])
+            interleaved[key].append(
+                timer(pixels, repeats=FLAGS.latency_repeats, warmup=WARMUP)["median_ms"]
+            )
     for key, times in interleaved.items():
         results[key]["interleaved_ms"] = float(np.median(times))
-    return {"model": {"name": name, "image_size": list(size), "num_classes": model.num_classes,
-                      "parameters": int(model.count_params()), **info},
-            "num_images": int(len(pixels)), "runtimes": results}
+    return {
+        "model": {
+            "name": name,
+            "image_size": list(size),
+            "num_classes": model.num_classes,
+            "parameters": int(model.count_params()),
+            **info,
+        },
+        "num_images": int(len(pixels)),
+        "runtimes": results,
+    }
 
 
 def main(argv):
@@ -158,20 +191,26 @@ def main(argv):
 
 
 def print_table(summary):
-    print("| model | runtime | file (KiB) | top-1 agreement | max abs dprob | ms 1 thread | "
-          "ms 2 threads | interleaved ms |")
+    print(
+        "| model | runtime | file (KiB) | top-1 agreement | max abs dprob | ms 1 thread | "
+        "ms 2 threads | interleaved ms |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, measured in summary["models"].items():
         for runtime, result in measured["runtimes"].items():
             latency = result["latency_per_image"]
             if runtime == "keras":
-                print(f"| {name} | keras | | | | | {latency['default_threads']['median_ms']:.3f}"
-                      f" (default) | {result['interleaved_ms']:.3f} |")
+                print(
+                    f"| {name} | keras | | | | | {latency['default_threads']['median_ms']:.3f}"
+                    f" (default) | {result['interleaved_ms']:.3f} |"
+                )
                 continue
-            print(f"| {name} | {runtime} | {result['file_size_bytes'] / 1024:.1f} | "
-                  f"{result['top1_agreement']:.4f} | {result['max_abs_delta_probability']:.1e} | "
-                  f"{latency['1_threads']['median_ms']:.3f} | "
-                  f"{latency['2_threads']['median_ms']:.3f} | {result['interleaved_ms']:.3f} |")
+            print(
+                f"| {name} | {runtime} | {result['file_size_bytes'] / 1024:.1f} | "
+                f"{result['top1_agreement']:.4f} | {result['max_abs_delta_probability']:.1e} | "
+                f"{latency['1_threads']['median_ms']:.3f} | "
+                f"{latency['2_threads']['median_ms']:.3f} | {result['interleaved_ms']:.3f} |"
+            )
     print(f"{summary['seconds']} s; versions: {summary['versions']}")
 
 

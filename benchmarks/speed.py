@@ -44,27 +44,35 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--dtype", default="float32", choices=("float32", "mixed_bfloat16"))
     parser.add_argument("--mode", default="inference", choices=("inference", "train"))
-    parser.add_argument("--compile", default="default",
-                        help="comma list of Keras compile modes: default (model.predict / "
-                             "train_on_batch with jit_compile='auto'), xla, graph (TF only)")
-    parser.add_argument("--libraries", default=DEFAULT_LIBRARIES,
-                        help=f"comma list from {', '.join(LIBRARIES)}")
+    parser.add_argument(
+        "--compile",
+        default="default",
+        help="comma list of Keras compile modes: default (model.predict / "
+        "train_on_batch with jit_compile='auto'), xla, graph (TF only)",
+    )
+    parser.add_argument(
+        "--libraries", default=DEFAULT_LIBRARIES, help=f"comma list from {', '.join(LIBRARIES)}"
+    )
     parser.add_argument("--timm_compile", action="store_true", help="torch.compile timm")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2, help="timed steps per round")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps after the first")
     parser.add_argument("--matmul_n", type=int, default=2048)
-    parser.add_argument("--pad_tokens_to_multiple", type=int, default=64,
-                        help="keras_vit_padded: pad the tokens of the fused attention to a "
-                             "multiple of this, padding keys masked")
+    parser.add_argument(
+        "--pad_tokens_to_multiple",
+        type=int,
+        default=64,
+        help="keras_vit_padded: pad the tokens of the fused attention to a "
+        "multiple of this, padding keys masked",
+    )
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     args.compile = _comma_list(args.compile, speed_runners.COMPILE_MODES, "--compile")
     args.libraries = _comma_list(args.libraries, LIBRARIES, "--libraries")
-    if (min(args.batch, args.rounds, args.steps, args.pad_tokens_to_multiple) < 1
-            or args.warmup < 0):
-        parser.error("--batch, --rounds, --steps and --pad_tokens_to_multiple must be >= 1, "
-                     "--warmup >= 0.")
+    if min(args.batch, args.rounds, args.steps, args.pad_tokens_to_multiple) < 1 or args.warmup < 0:
+        parser.error(
+            "--batch, --rounds, --steps and --pad_tokens_to_multiple must be >= 1, --warmup >= 0."
+        )
     return args
 
 
@@ -86,13 +94,20 @@ def build_runners(args, arch, images, labels):
                 runners["matmul"] = speed_runners.MatmulRunner(args.matmul_n, compute)
             elif library == "timm":
                 runners["timm"] = speed_runners.TimmRunner(
-                    arch, args.image_size, args.num_classes, images, labels, args.mode,
-                    args.dtype, compile_model=args.timm_compile)
+                    arch,
+                    args.image_size,
+                    args.num_classes,
+                    images,
+                    labels,
+                    args.mode,
+                    args.dtype,
+                    compile_model=args.timm_compile,
+                )
             else:
                 for compile_mode in args.compile:
                     runners[f"{library}[{compile_mode}]"] = speed_runners.KerasRunner(
-                        _keras_model(library, arch, args), images, labels, args.mode,
-                        compile_mode)
+                        _keras_model(library, arch, args), images, labels, args.mode, compile_mode
+                    )
         except ImportError as error:
             skipped[library] = f"not installed: {error}"
     return runners, skipped
@@ -102,10 +117,14 @@ def _keras_model(library, arch, args):
     if library == "keras_hub":
         return speed_models.keras_hub_model(arch, args.image_size, args.num_classes)
     return speed_models.keras_vit_model(
-        arch, args.image_size, args.num_classes,
+        arch,
+        args.image_size,
+        args.num_classes,
         fused_attention=library != "keras_vit_explicit",
-        pad_tokens_to_multiple=(args.pad_tokens_to_multiple
-                                if library == "keras_vit_padded" else None))
+        pad_tokens_to_multiple=(
+            args.pad_tokens_to_multiple if library == "keras_vit_padded" else None
+        ),
+    )
 
 
 def measure(runners, args, forward_flops):
@@ -145,8 +164,9 @@ def measure(runners, args, forward_flops):
 
 def _add_ratios(results):
     peak = results.get("matmul", {}).get("tflops")
-    reference = next((r["images_per_s"] for label, r in results.items()
-                      if label.startswith("keras_vit[")), None)
+    reference = next(
+        (r["images_per_s"] for label, r in results.items() if label.startswith("keras_vit[")), None
+    )
     for label, result in results.items():
         if label == "matmul":
             continue
@@ -166,9 +186,14 @@ def environment():
         loaded = sys.modules.get(module)
         if loaded is not None:
             versions[module] = getattr(loaded, "__version__", "?")
-    return {"backend": keras.backend.backend(), "machine": platform.machine(),
-            "processor": _cpu_name(), "cpus": os.cpu_count(), "versions": versions,
-            "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    return {
+        "backend": keras.backend.backend(),
+        "machine": platform.machine(),
+        "processor": _cpu_name(),
+        "cpus": os.cpu_count(),
+        "versions": versions,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
 
 
 def _cpu_name():
@@ -183,15 +208,19 @@ def _cpu_name():
 
 
 def format_table(results, skipped):
-    lines = [f"{'contender':28} {'images/s':>9} {'step s':>8} {'TFLOP/s':>8} "
-             f"{'of matmul':>9} {'vs keras_vit':>12}"]
+    lines = [
+        f"{'contender':28} {'images/s':>9} {'step s':>8} {'TFLOP/s':>8} "
+        f"{'of matmul':>9} {'vs keras_vit':>12}"
+    ]
     for label, r in results.items():
         images = f"{r['images_per_s']:9.2f}" if "images_per_s" in r else f"{'-':>9}"
         fraction = f"{r['fraction_of_matmul']:9.0%}" if "fraction_of_matmul" in r else f"{'-':>9}"
-        relative = (f"{r['relative_to_keras_vit']:12.2f}" if "relative_to_keras_vit" in r
-                    else f"{'-':>12}")
-        lines.append(f"{label:28} {images} {r['step_s']:8.3f} {r['tflops']:8.3f} "
-                     f"{fraction} {relative}")
+        relative = (
+            f"{r['relative_to_keras_vit']:12.2f}" if "relative_to_keras_vit" in r else f"{'-':>12}"
+        )
+        lines.append(
+            f"{label:28} {images} {r['step_s']:8.3f} {r['tflops']:8.3f} {fraction} {relative}"
+        )
     lines += [f"{label:28} skipped: {reason}" for label, reason in skipped.items()]
     return "\n".join(lines)
 
@@ -201,21 +230,30 @@ def main(argv=None):
     keras.config.set_dtype_policy(args.dtype)
     arch = VARIANTS[args.variant]
     forward_flops = speed_flops.vit_forward_flops(
-        args.image_size, num_classes=args.num_classes, **arch)
-    images, labels = speed_runners.synthetic_batch(args.batch, args.image_size,
-                                                   args.num_classes)
+        args.image_size, num_classes=args.num_classes, **arch
+    )
+    images, labels = speed_runners.synthetic_batch(args.batch, args.image_size, args.num_classes)
     load_before = _load()
     machine = machine_info()
     print(describe(machine), flush=True)
-    print(f"{args.variant} {args.image_size}px batch {args.batch} {args.dtype} {args.mode} "
-          f"on {keras.backend.backend()}; {forward_flops / 1e9:.1f} GFLOP/image; "
-          f"load {load_before}", flush=True)
+    print(
+        f"{args.variant} {args.image_size}px batch {args.batch} {args.dtype} {args.mode} "
+        f"on {keras.backend.backend()}; {forward_flops / 1e9:.1f} GFLOP/image; "
+        f"load {load_before}",
+        flush=True,
+    )
     runners, skipped = build_runners(args, arch, images, labels)
     results = measure(runners, args, forward_flops)
-    report = {"args": vars(args), "environment": environment(), "machine": machine,
-              "forward_gflops_per_image": forward_flops / 1e9,
-              "load_before": load_before, "load_after": _load(),
-              "results": results, "skipped": skipped}
+    report = {
+        "args": vars(args),
+        "environment": environment(),
+        "machine": machine,
+        "forward_gflops_per_image": forward_flops / 1e9,
+        "load_before": load_before,
+        "load_after": _load(),
+        "results": results,
+        "skipped": skipped,
+    }
     print(describe(machine))
     print(format_table(results, skipped))
     print(f"load before {load_before}, after {report['load_after']}")

@@ -10,8 +10,17 @@ the backward pass), the usual convention.
 TRAIN_FACTOR = 3
 
 
-def vit_forward_flops(image_size, patch_size, hidden_size, mlp_dim, num_layers,
-                      class_token=True, num_classes=0, representation_size=None, **_):
+def vit_forward_flops(
+    image_size,
+    patch_size,
+    hidden_size,
+    mlp_dim,
+    num_layers,
+    class_token=True,
+    num_classes=0,
+    representation_size=None,
+    **_,
+):
     """FLOPs of one image's forward pass.
 
     Args:
@@ -28,8 +37,8 @@ def vit_forward_flops(image_size, patch_size, hidden_size, mlp_dim, num_layers,
     patches = (height // patch_size) * (width // patch_size)
     tokens = patches + (1 if class_token else 0)
     embedding = 2 * patches * (patch_size * patch_size * 3) * hidden_size
-    projections = 2 * tokens * hidden_size * hidden_size * 4          # q, k, v, out
-    attention = 2 * tokens * tokens * hidden_size * 2                 # q k^T and w v
+    projections = 2 * tokens * hidden_size * hidden_size * 4  # q, k, v, out
+    attention = 2 * tokens * tokens * hidden_size * 2  # q k^T and w v
     mlp = 2 * tokens * hidden_size * mlp_dim * 2
     width_in = hidden_size
     top = 0

@@ -9,13 +9,15 @@ import keras
 import keras_vit
 
 
-def keras_vit_model(arch, image_size, num_classes, fused_attention=True,
-                    pad_tokens_to_multiple=None):
+def keras_vit_model(
+    arch, image_size, num_classes, fused_attention=True, pad_tokens_to_multiple=None
+):
     """keras_vit's VisionTransformer; `fused_attention=False` forces the explicit
     softmax path in every block (the path used when attention weights are asked
     for); `pad_tokens_to_multiple` pads the fused path's token axis (masked)."""
-    model = keras_vit.VisionTransformer(image_size=image_size, num_classes=num_classes,
-                                       representation_size=None, **arch)
+    model = keras_vit.VisionTransformer(
+        image_size=image_size, num_classes=num_classes, representation_size=None, **arch
+    )
     for block in model.get_layer("Transformer").blocks:
         block.attention.use_fused_attention = fused_attention
         block.attention.pad_tokens_to_multiple = pad_tokens_to_multiple
@@ -27,9 +29,13 @@ def keras_hub_model(arch, image_size, num_classes):
     import keras_hub
 
     backbone = keras_hub.models.ViTBackbone(
-        image_shape=(image_size, image_size, 3), patch_size=arch["patch_size"],
-        num_layers=arch["num_layers"], num_heads=arch["num_heads"],
-        hidden_dim=arch["hidden_size"], mlp_dim=arch["mlp_dim"])
+        image_shape=(image_size, image_size, 3),
+        patch_size=arch["patch_size"],
+        num_layers=arch["num_layers"],
+        num_heads=arch["num_heads"],
+        hidden_dim=arch["hidden_size"],
+        mlp_dim=arch["mlp_dim"],
+    )
     images = keras.Input((image_size, image_size, 3), name="image")
     features = backbone(images)
     logits = keras.layers.Dense(num_classes, name="head")(features[:, 0])

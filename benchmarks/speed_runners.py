@@ -15,9 +15,8 @@ Runners:
     MatmulRunner  a square matmul in the Keras backend, the device's peak.
 """
 
-import numpy as np
-
 import keras
+import numpy as np
 
 from benchmarks import speed_flops
 
@@ -45,18 +44,21 @@ class KerasRunner:
 
     def __init__(self, model, images, labels, mode, compile_mode):
         if compile_mode not in COMPILE_MODES:
-            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, "
-                             f"got {compile_mode!r}.")
+            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {compile_mode!r}.")
         if compile_mode == "graph" and keras.backend.backend() != "tensorflow":
-            raise ValueError("compile_mode 'graph' (no XLA) exists on the TensorFlow "
-                             f"backend only, not {keras.backend.backend()!r}.")
+            raise ValueError(
+                "compile_mode 'graph' (no XLA) exists on the TensorFlow "
+                f"backend only, not {keras.backend.backend()!r}."
+            )
         self.model, self.images, self.labels = model, images, labels
         self.mode, self.compile_mode = mode, compile_mode
         if mode == "train" or compile_mode != "default":
             jit = {"default": "auto", "xla": True, "graph": False}[compile_mode]
-            model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                          jit_compile=jit)
+            model.compile(
+                optimizer=keras.optimizers.AdamW(1e-4),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                jit_compile=jit,
+            )
 
     def step(self):
         if self.mode == "train":
@@ -82,17 +84,23 @@ class TimmRunner:
         compile_model: wrap the model in torch.compile.
     """
 
-    def __init__(self, arch, image_size, num_classes, images, labels, mode, dtype,
-                 compile_model=False):
+    def __init__(
+        self, arch, image_size, num_classes, images, labels, mode, dtype, compile_model=False
+    ):
         import torch
 
         timm_vit = import_timm_vit()
         self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         model = timm_vit.VisionTransformer(
-            img_size=image_size, patch_size=arch["patch_size"], embed_dim=arch["hidden_size"],
-            depth=arch["num_layers"], num_heads=arch["num_heads"],
-            mlp_ratio=arch["mlp_dim"] / arch["hidden_size"], num_classes=num_classes)
+            img_size=image_size,
+            patch_size=arch["patch_size"],
+            embed_dim=arch["hidden_size"],
+            depth=arch["num_layers"],
+            num_heads=arch["num_heads"],
+            mlp_ratio=arch["mlp_dim"] / arch["hidden_size"],
+            num_classes=num_classes,
+        )
         self.model = model.to(self.device).train(mode == "train")
         self.forward = torch.compile(self.model) if compile_model else self.model
         self.images = torch.from_numpy(images.transpose(0, 3, 1, 2).copy()).to(self.device)
@@ -103,16 +111,16 @@ class TimmRunner:
             self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
 
     def _autocast(self):
-        return self.torch.autocast(self.device, dtype=self.autocast_dtype,
-                                   enabled=self.autocast_dtype is not None)
+        return self.torch.autocast(
+            self.device, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
+        )
 
     def step(self):
         torch = self.torch
         if self.mode == "train":
             self.optimizer.zero_grad(set_to_none=True)
             with self._autocast():
-                loss = torch.nn.functional.cross_entropy(self.forward(self.images),
-                                                         self.labels)
+                loss = torch.nn.functional.cross_entropy(self.forward(self.images), self.labels)
             loss.backward()
             self.optimizer.step()
             out = loss
@@ -124,8 +132,10 @@ class TimmRunner:
         return out
 
     def describe(self):
-        return {"compile": "torch.compile" if self.compile_model else "eager",
-                "torch_threads": self.torch.get_num_threads()}
+        return {
+            "compile": "torch.compile" if self.compile_model else "eager",
+            "torch_threads": self.torch.get_num_threads(),
+        }
 
 
 def import_timm_vit():
@@ -167,7 +177,7 @@ class MatmulRunner:
         self.fn = _jit(lambda a, b: keras.ops.matmul(a, b))
 
     def flops_per_step(self):
-        return 2.0 * self.n ** 3 * self.repeats
+        return 2.0 * self.n**3 * self.repeats
 
     def step(self):
         for _ in range(self.repeats):
@@ -183,9 +193,11 @@ def _jit(fn):
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
+
         return jax.jit(fn)
     if backend == "tensorflow":
         import tensorflow as tf
+
         return tf.function(fn, jit_compile=True)
     raise ValueError(f"MatmulRunner supports the jax and tensorflow backends, not {backend!r}.")
 

@@ -15,6 +15,7 @@ rounds), which the speed comparison uses. Writes WORK_DIR/summary.json and print
 a table with the issue's targets, both naming the machine (benchmarks/machine.py: CPU
 kinds differ up to 4x). A measurement, not a test: nothing here fails a build.
 """
+
 import json
 import os
 import subprocess
@@ -25,15 +26,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ["KERAS_BACKEND"] = "tensorflow"
 
-from absl import app  # pylint: disable=wrong-import-position
-from absl import flags  # pylint: disable=wrong-import-position
-import keras  # pylint: disable=wrong-import-position
-import numpy as np  # pylint: disable=wrong-import-position
+import keras
+import numpy as np
+from absl import app, flags
 
-from benchmarks.machine import describe, machine_info  # pylint: disable=wrong-import-position
-from configs import fashion_mnist  # pylint: disable=wrong-import-position
-from deploy import datasets, interpreter, report, serving, sources, tflite  # pylint: disable=wrong-import-position
-import keras_vit  # pylint: disable=wrong-import-position
+import keras_vit
+from benchmarks.machine import describe, machine_info
+from configs import fashion_mnist
+from deploy import datasets, interpreter, report, serving, sources, tflite
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A trained trainers/ run directory to measure.")
@@ -53,27 +53,33 @@ TARGETS = {"float16": (0.995, 0.5), "dynamic_int8": (0.99, 0.25), "int8": (0.98,
 def train_model(run_dir):
     """Trains the demo architecture briefly and saves it as a trainers/ run."""
     config = fashion_mnist.get_config()
-    model = keras_vit.VisionTransformer(image_size=config.image_size,
-                                        num_classes=config.num_classes or FASHION_MNIST_CLASSES,
-                                        **config.model)
-    images = datasets.read_idx(os.path.join(FLAGS.fashion_mnist_dir,
-                                            "train-images-idx3-ubyte.gz"))
-    labels = datasets.read_idx(os.path.join(FLAGS.fashion_mnist_dir,
-                                            "train-labels-idx1-ubyte.gz"))
+    model = keras_vit.VisionTransformer(
+        image_size=config.image_size,
+        num_classes=config.num_classes or FASHION_MNIST_CLASSES,
+        **config.model,
+    )
+    images = datasets.read_idx(os.path.join(FLAGS.fashion_mnist_dir, "train-images-idx3-ubyte.gz"))
+    labels = datasets.read_idx(os.path.join(FLAGS.fashion_mnist_dir, "train-labels-idx1-ubyte.gz"))
     count = min(len(images), FLAGS.train_steps * BATCH_SIZE)
     images, labels = images[:count], labels[:count]
     pixels = np.repeat(images[..., None], 3, axis=-1).astype(np.float32) / 127.5 - 1.0
-    model.compile(optimizer=keras.optimizers.AdamW(1e-3, weight_decay=0.05),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    model.compile(
+        optimizer=keras.optimizers.AdamW(1e-3, weight_decay=0.05),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
     start = time.time()
     model.fit(pixels, labels.astype(np.int64), batch_size=BATCH_SIZE, epochs=1, verbose=2)
     os.makedirs(run_dir, exist_ok=True)
     model.save_weights(os.path.join(run_dir, sources.RUN_WEIGHTS))
     with open(os.path.join(run_dir, sources.RUN_CONFIG), "w", encoding="utf-8") as f:
         json.dump(model.get_config(), f)
-    return {"trained_here": True, "steps": count // BATCH_SIZE, "batch_size": BATCH_SIZE,
-            "train_seconds": round(time.time() - start, 1)}
+    return {
+        "trained_here": True,
+        "steps": count // BATCH_SIZE,
+        "batch_size": BATCH_SIZE,
+        "train_seconds": round(time.time() - start, 1),
+    }
 
 
 def main(argv):
@@ -86,36 +92,54 @@ def main(argv):
         training.update(train_model(run_dir))
     model = sources.load_run_dir(run_dir)
     data_dir = os.path.join(FLAGS.work_dir, "tfrecords")
-    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_tfrecords.py"),
-                    f"--output_dir={data_dir}", "--splits=train", "--progress=false",
-                    f"--fashion_mnist_dir={FLAGS.fashion_mnist_dir}",
-                    f"--max_examples={FLAGS.num_calibration_images}"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "tools", "make_tfrecords.py"),
+            f"--output_dir={data_dir}",
+            "--splits=train",
+            "--progress=false",
+            f"--fashion_mnist_dir={FLAGS.fashion_mnist_dir}",
+            f"--max_examples={FLAGS.num_calibration_images}",
+        ],
+        check=True,
+    )
     size = tuple(model.image_size)
-    calibration, _ = datasets.tfrecord_images(os.path.join(data_dir, "train-*"), size,
-                                              FLAGS.num_calibration_images)
-    pixels, labels = datasets.fashion_mnist_test(size, FLAGS.num_eval_images,
-                                                 FLAGS.fashion_mnist_dir)
+    calibration, _ = datasets.tfrecord_images(
+        os.path.join(data_dir, "train-*"), size, FLAGS.num_calibration_images
+    )
+    pixels, labels = datasets.fashion_mnist_test(
+        size, FLAGS.num_eval_images, FLAGS.fashion_mnist_dir
+    )
     saved_model = os.path.join(FLAGS.work_dir, "saved_model")
     serving.export_saved_model(model, saved_model)
     reference = report.keras_reference(model)
     results, contents = {}, {}
     for quantization in tflite.QUANTIZATIONS:
-        content = contents[quantization] = tflite.convert_saved_model(saved_model, quantization,
-                                             calibration if quantization in tflite.CALIBRATED else None)
+        content = contents[quantization] = tflite.convert_saved_model(
+            saved_model, quantization, calibration if quantization in tflite.CALIBRATED else None
+        )
         with open(os.path.join(FLAGS.work_dir, f"vit_{quantization}.tflite"), "wb") as f:
             f.write(content)
         results[quantization] = report.build_report(
-            content, quantization, reference, pixels, labels,
-            latency_repeats=FLAGS.latency_repeats)
+            content, quantization, reference, pixels, labels, latency_repeats=FLAGS.latency_repeats
+        )
     # The per-report latencies run one variant after another; these interleave
     # them, so the ratios between variants survive a noisy machine.
-    classifiers = {name: interpreter.TFLiteClassifier(contents[name], num_threads=1)
-                   for name in results}
+    classifiers = {
+        name: interpreter.TFLiteClassifier(contents[name], num_threads=1) for name in results
+    }
     for name, ms in interpreter.interleaved_latency_ms(classifiers, pixels).items():
         results[name]["interleaved_ms_1_thread"] = ms
-    summary = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
-               "training": training, "model": model.get_config(), "variants": results,
-               "targets": check_targets(results), "machine": machine}
+    summary = {
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(sys.argv),
+        "training": training,
+        "model": model.get_config(),
+        "variants": results,
+        "targets": check_targets(results),
+        "machine": machine,
+    }
     with open(os.path.join(FLAGS.work_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     print_table(results, summary["targets"], machine)
@@ -128,10 +152,12 @@ def check_targets(results):
     for name, (agreement, size_ratio) in TARGETS.items():
         result = results[name]
         ratio = result["file_size_bytes"] / base["file_size_bytes"]
-        checks[name] = {"top1_agreement": result["top1_agreement"],
-                        "agreement_target": agreement,
-                        "agreement_met": result["top1_agreement"] >= agreement,
-                        "size_ratio_vs_float32": round(ratio, 3)}
+        checks[name] = {
+            "top1_agreement": result["top1_agreement"],
+            "agreement_target": agreement,
+            "agreement_met": result["top1_agreement"] >= agreement,
+            "size_ratio_vs_float32": round(ratio, 3),
+        }
         if size_ratio is not None:
             checks[name]["size_ratio_target"] = size_ratio
     for name in tflite.CALIBRATED:
@@ -144,17 +170,21 @@ def check_targets(results):
 
 def print_table(results, targets, machine=None):
     print(describe(machine))
-    print("| variant | size (KiB) | vs float32 | top-1 agreement | max abs dprob | "
-          "accuracy | ms/image 1 thread | ms/image 2 threads | interleaved ms, 1 thread |")
+    print(
+        "| variant | size (KiB) | vs float32 | top-1 agreement | max abs dprob | "
+        "accuracy | ms/image 1 thread | ms/image 2 threads | interleaved ms, 1 thread |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     base = results["none"]["file_size_bytes"]
     for name, result in results.items():
         latency = result["latency_per_image"]
-        print(f"| {name} | {result['file_size_bytes'] / 1024:.1f} | "
-              f"{result['file_size_bytes'] / base:.3f} | {result['top1_agreement']:.4f} | "
-              f"{result['max_abs_delta_probability']:.2e} | {result['tflite_accuracy']:.4f} | "
-              f"{latency['1_threads']['median_ms']:.3f} | {latency['2_threads']['median_ms']:.3f} | "
-              f"{result['interleaved_ms_1_thread']:.3f} |")
+        print(
+            f"| {name} | {result['file_size_bytes'] / 1024:.1f} | "
+            f"{result['file_size_bytes'] / base:.3f} | {result['top1_agreement']:.4f} | "
+            f"{result['max_abs_delta_probability']:.2e} | {result['tflite_accuracy']:.4f} | "
+            f"{latency['1_threads']['median_ms']:.3f} | {latency['2_threads']['median_ms']:.3f} | "
+            f"{result['interleaved_ms_1_thread']:.3f} |"
+        )
     print(f"Keras model accuracy on these images: {results['none']['reference_accuracy']:.4f}")
     print(json.dumps(targets, indent=1))
 

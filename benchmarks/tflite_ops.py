@@ -23,6 +23,7 @@ interleaved (deploy.interpreter.interleaved_latency_ms). The table and the JSON
 name the machine (benchmarks/machine.py: CPU kinds differ up to 4x).
 A measurement, not a test.
 """
+
 import json
 import os
 import sys
@@ -33,17 +34,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from absl import app  # pylint: disable=wrong-import-position
-from absl import flags  # pylint: disable=wrong-import-position
-from absl import logging  # pylint: disable=wrong-import-position
-import keras  # pylint: disable=wrong-import-position
-from keras import ops  # pylint: disable=wrong-import-position
-import numpy as np  # pylint: disable=wrong-import-position
-import tensorflow as tf  # pylint: disable=wrong-import-position
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+from keras import ops
 
-from benchmarks.machine import describe, machine_info  # pylint: disable=wrong-import-position
-from deploy import interpreter, tflite  # pylint: disable=wrong-import-position
-import keras_vit  # pylint: disable=wrong-import-position
+import keras_vit
+from benchmarks.machine import describe, machine_info
+from deploy import interpreter, tflite
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("variant", "ViT_Ti16", "A keras_vit.VARIANTS name.")
@@ -69,8 +68,11 @@ def kinds(arch, tokens):
         "fc_mlp_in": (1, [rows], lambda x: keras.layers.Dense(mlp_dim)(x[0])),
         "fc_mlp_out": (1, [wide], lambda x: keras.layers.Dense(hidden)(x[0])),
         "gelu": (1, [wide], lambda x: keras.activations.gelu(x[0], approximate=True)),
-        "attention_core": (1, [per_head] * 3, lambda x: ops.dot_product_attention(
-            x[0], x[1], x[2], scale=1.0 / head_dim ** 0.5)),
+        "attention_core": (
+            1,
+            [per_head] * 3,
+            lambda x: ops.dot_product_attention(x[0], x[1], x[2], scale=1.0 / head_dim**0.5),
+        ),
         "residual_add": (2, [rows, rows], lambda x: x[0] + x[1]),
     }
 
@@ -85,7 +87,8 @@ def convert(model, shapes, int8):
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.representative_dataset = lambda: (
                 [rng.normal(size=(1, *s)).astype("float32") for s in shapes]
-                for _ in range(FLAGS.calibration_samples))
+                for _ in range(FLAGS.calibration_samples)
+            )
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         return converter.convert()
 
@@ -103,23 +106,29 @@ def latency_ms(content):
         start = time.perf_counter()
         runner.invoke()
         times.append(time.perf_counter() - start)
-    kinds_present = sorted({op["op_name"] for op in runner._get_ops_details()  # pylint: disable=protected-access
-                            if op["op_name"] != "DELEGATE"})
+    kinds_present = sorted(
+        {op["op_name"] for op in runner._get_ops_details() if op["op_name"] != "DELEGATE"}
+    )
     return float(np.median(times) * 1e3), kinds_present
 
 
 def whole_model_ms(variant, image_size):
     """{quantization: ms per image, 1 image, interleaved} of the whole model."""
     model = keras_vit.build_model(variant, weights=None, num_classes=10, image_size=image_size)
-    pixels = np.random.default_rng(0).uniform(
-        0, 255, (FLAGS.calibration_samples, image_size, image_size, 3)).astype("float32")
+    pixels = (
+        np.random.default_rng(0)
+        .uniform(0, 255, (FLAGS.calibration_samples, image_size, image_size, 3))
+        .astype("float32")
+    )
     classifiers = {}
     for quantization in ("none", "int8", "int8_matmul"):
         content = tflite.convert_keras_model(
-            model, quantization, pixels if quantization in tflite.CALIBRATED else None)
+            model, quantization, pixels if quantization in tflite.CALIBRATED else None
+        )
         classifiers[quantization] = interpreter.TFLiteClassifier(content, FLAGS.threads)
-    return interpreter.interleaved_latency_ms(classifiers, pixels.astype(np.uint8),
-                                              repeats=max(FLAGS.repeats // 10, 5))
+    return interpreter.interleaved_latency_ms(
+        classifiers, pixels.astype(np.uint8), repeats=max(FLAGS.repeats // 10, 5)
+    )
 
 
 def cpu_int8_features():
@@ -142,42 +151,70 @@ def main(argv):
     rows, totals = {}, {"float32": 0.0, "int8": 0.0}
     machine = machine_info()
     print(describe(machine))
-    print(f"{FLAGS.variant} at {FLAGS.image_size} px: {tokens} tokens, {layers} blocks, "
-          f"{FLAGS.threads} thread(s), interpreter {interpreter.INTERPRETER}")
-    print(f"{'kind':15s} {'/block':>6s} {'float32 ms':>10s} {'int8 ms':>8s} {'ratio':>6s} "
-          f"{'model fp32':>10s} {'model int8':>10s}  int8 graph's operators")
+    print(
+        f"{FLAGS.variant} at {FLAGS.image_size} px: {tokens} tokens, {layers} blocks, "
+        f"{FLAGS.threads} thread(s), interpreter {interpreter.INTERPRETER}"
+    )
+    print(
+        f"{'kind':15s} {'/block':>6s} {'float32 ms':>10s} {'int8 ms':>8s} {'ratio':>6s} "
+        f"{'model fp32':>10s} {'model int8':>10s}  int8 graph's operators"
+    )
     for kind, (count, shapes, build) in kinds(arch, tokens).items():
         inputs = [keras.Input(shape, batch_size=1) for shape in shapes]
         model = keras.Model(inputs, build(inputs))
         fp32, _ = latency_ms(convert(model, shapes, int8=False))
         int8, int8_ops = latency_ms(convert(model, shapes, int8=True))
         scale = count * layers
-        rows[kind] = {"per_block": count, "float32_ms": fp32, "int8_ms": int8,
-                      "model_float32_ms": fp32 * scale, "model_int8_ms": int8 * scale,
-                      "int8_operators": int8_ops}
+        rows[kind] = {
+            "per_block": count,
+            "float32_ms": fp32,
+            "int8_ms": int8,
+            "model_float32_ms": fp32 * scale,
+            "model_int8_ms": int8 * scale,
+            "int8_operators": int8_ops,
+        }
         totals["float32"] += fp32 * scale
         totals["int8"] += int8 * scale
-        print(f"{kind:15s} {count:6d} {fp32:10.3f} {int8:8.3f} {int8 / fp32:6.2f} "
-              f"{fp32 * scale:10.1f} {int8 * scale:10.1f}  {', '.join(int8_ops)}",
-              flush=True)
-    print(f"{'blocks in all':15s} {'':6s} {'':10s} {'':8s} {totals['int8'] / totals['float32']:6.2f} "
-          f"{totals['float32']:10.1f} {totals['int8']:10.1f}")
+        print(
+            f"{kind:15s} {count:6d} {fp32:10.3f} {int8:8.3f} {int8 / fp32:6.2f} "
+            f"{fp32 * scale:10.1f} {int8 * scale:10.1f}  {', '.join(int8_ops)}",
+            flush=True,
+        )
+    print(
+        f"{'blocks in all':15s} {'':6s} {'':10s} {'':8s} {totals['int8'] / totals['float32']:6.2f} "
+        f"{totals['float32']:10.1f} {totals['int8']:10.1f}"
+    )
     features = cpu_int8_features()
     print(f"CPU int8/bf16 dot-product features: {features if features else 'none'}")
     whole = whole_model_ms(FLAGS.variant, FLAGS.image_size) if FLAGS.whole_model else None
     if whole:
-        print("whole model, ms per image: " + ", ".join(
-            f"{name} {ms:.1f} ({whole['none'] / ms:.2f}x float32's speed)"
-            for name, ms in whole.items()))
+        print(
+            "whole model, ms per image: "
+            + ", ".join(
+                f"{name} {ms:.1f} ({whole['none'] / ms:.2f}x float32's speed)"
+                for name, ms in whole.items()
+            )
+        )
     if FLAGS.json:
         with open(FLAGS.json, "w", encoding="utf-8") as handle:
-            json.dump({"variant": FLAGS.variant, "image_size": FLAGS.image_size,
-                       "tokens": tokens, "blocks": layers, "threads": FLAGS.threads,
-                       "interpreter": interpreter.INTERPRETER, "kinds": rows,
-                       "blocks_total_ms": totals, "cpu_int8_features": features,
-                       "whole_model_ms": whole,
-                       "date": time.strftime("%Y-%m-%d"), "machine": machine},
-                      handle, indent=1)
+            json.dump(
+                {
+                    "variant": FLAGS.variant,
+                    "image_size": FLAGS.image_size,
+                    "tokens": tokens,
+                    "blocks": layers,
+                    "threads": FLAGS.threads,
+                    "interpreter": interpreter.INTERPRETER,
+                    "kinds": rows,
+                    "blocks_total_ms": totals,
+                    "cpu_int8_features": features,
+                    "whole_model_ms": whole,
+                    "date": time.strftime("%Y-%m-%d"),
+                    "machine": machine,
+                },
+                handle,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -19,54 +19,74 @@ zero), and its bfloat16 Adam first moment. The recommended AugReg checkpoints
 (`keras_vit.checkpoint.registry`, 'augreg') each carry their own setting in their file
 name (e.g. B/16: aug_medium1, wd_0.1); pass `--config.input.aug_setting=...` to match one.
 """
+
 from configs import common
 
 # Fig. 4 choices, as the big_vision configs map variants to AugReg settings.
-I1K_AUG = {"ViT_Ti16": "light1", "ViT_S32": "light2", "ViT_S16": "medium2",
-           "ViT_B32": "medium2", "ViT_B16": "medium2", "ViT_L16": "medium2"}
-I21K_AUG = {"ViT_Ti16": "none", "ViT_S32": "none", "ViT_S16": "light1",
-            "ViT_B32": "light2", "ViT_B16": "light2", "ViT_L16": "medium2"}
+I1K_AUG = {
+    "ViT_Ti16": "light1",
+    "ViT_S32": "light2",
+    "ViT_S16": "medium2",
+    "ViT_B32": "medium2",
+    "ViT_B16": "medium2",
+    "ViT_L16": "medium2",
+}
+I21K_AUG = {
+    "ViT_Ti16": "none",
+    "ViT_S32": "none",
+    "ViT_S16": "light1",
+    "ViT_B32": "light2",
+    "ViT_B16": "light2",
+    "ViT_L16": "medium2",
+}
 IMAGENET1K_TRAIN_IMAGES = 1_268_355  # train[:99%] of 1,281,167
 IMAGENET21K_TRAIN_IMAGES = 12_743_321
 
 
 def recipe(variant, dataset):
-  """The AugReg config of `variant` (a keras_vit builder name) on 'i1k' or 'i21k'."""
-  table = {"i1k": I1K_AUG, "i21k": I21K_AUG}[dataset]
-  if variant not in table:
-    raise ValueError(f"AugReg recipe: no {dataset} setting for {variant!r}; the official "
-                     f"configs have {sorted(table)}")
-  c = common.base_config(variant)
-  c.image_size = 224
-  c.optimizer = "adamw"
-  c.beta1, c.beta2 = 0.9, 0.999
-  c.weight_decay = 0.1          # = big_vision's decoupled 1e-4 at lr 1e-3 (docstring)
-  c.learning_rate = 1e-3
-  c.warmup_steps = 10_000
-  c.decay_type = "cosine"
-  c.grad_clip_norm = 1.0
-  c.batch_size = 4096
-  images = IMAGENET1K_TRAIN_IMAGES if dataset == "i1k" else IMAGENET21K_TRAIN_IMAGES
-  c.total_steps = 300 * images // c.batch_size
-  c.checkpoint_every = 1000
-  c.mixed_precision = True
-  c.steps_per_execution = 100
-  c.input.augment = "inception_crop"
-  c.input.area_range = (0.05, 1.0)
-  c.input.flip = True
-  c.input.aug_setting = table[variant]
-  c.input.shuffle_buffer = 250_000
-  c.input.shard_by = "files"
-  if dataset == "i1k":
-    c.model_overrides.classifier = "token"
-    c.model_overrides.representation_size = {"ViT_Ti16": 192, "ViT_S16": 384, "ViT_S32": 384,
-                                             "ViT_B16": 768, "ViT_B32": 768,
-                                             "ViT_L16": 1024}[variant]
-    c.loss = "softmax"
-    c.eval_split = "validation"
-  else:
-    c.model_overrides.classifier = "gap"
-    c.model_overrides.representation_size = None
-    c.loss = "sigmoid"
-    c.eval_split = "validation"
-  return c
+    """The AugReg config of `variant` (a keras_vit builder name) on 'i1k' or 'i21k'."""
+    table = {"i1k": I1K_AUG, "i21k": I21K_AUG}[dataset]
+    if variant not in table:
+        raise ValueError(
+            f"AugReg recipe: no {dataset} setting for {variant!r}; the official "
+            f"configs have {sorted(table)}"
+        )
+    c = common.base_config(variant)
+    c.image_size = 224
+    c.optimizer = "adamw"
+    c.beta1, c.beta2 = 0.9, 0.999
+    c.weight_decay = 0.1  # = big_vision's decoupled 1e-4 at lr 1e-3 (docstring)
+    c.learning_rate = 1e-3
+    c.warmup_steps = 10_000
+    c.decay_type = "cosine"
+    c.grad_clip_norm = 1.0
+    c.batch_size = 4096
+    images = IMAGENET1K_TRAIN_IMAGES if dataset == "i1k" else IMAGENET21K_TRAIN_IMAGES
+    c.total_steps = 300 * images // c.batch_size
+    c.checkpoint_every = 1000
+    c.mixed_precision = True
+    c.steps_per_execution = 100
+    c.input.augment = "inception_crop"
+    c.input.area_range = (0.05, 1.0)
+    c.input.flip = True
+    c.input.aug_setting = table[variant]
+    c.input.shuffle_buffer = 250_000
+    c.input.shard_by = "files"
+    if dataset == "i1k":
+        c.model_overrides.classifier = "token"
+        c.model_overrides.representation_size = {
+            "ViT_Ti16": 192,
+            "ViT_S16": 384,
+            "ViT_S32": 384,
+            "ViT_B16": 768,
+            "ViT_B32": 768,
+            "ViT_L16": 1024,
+        }[variant]
+        c.loss = "softmax"
+        c.eval_split = "validation"
+    else:
+        c.model_overrides.classifier = "gap"
+        c.model_overrides.representation_size = None
+        c.loss = "sigmoid"
+        c.eval_split = "validation"
+    return c

@@ -3,8 +3,9 @@
   python trainers/pretrain.py --config=configs/augreg_i1k.py:ViT_B16 --tpu=NAME \
       --data_dir=DATA --model_dir=RUN [--config.input.aug_setting=medium1]
 """
+
 from configs import augreg
 
 
 def get_config(variant="ViT_B16"):
-  return augreg.recipe(variant, "i1k")
+    return augreg.recipe(variant, "i1k")

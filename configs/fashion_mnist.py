@@ -17,35 +17,54 @@ seed each; docs/training.md has the table and the commands):
 - XLA: 842 against 803 images/s; mixed bfloat16 is slower for matrices this small
   (726 images/s); label smoothing 0.1.
 """
+
 import ml_collections
 
 from configs import common
 
 
 def get_config():
-  config = common.base_config(model=dict(
-      patch_size=7, hidden_size=128, mlp_dim=256, num_heads=4, num_layers=6,
-      classifier="gap", dropout_rate=0.0, attention_dropout_rate=0.0,
-      stochastic_depth_rate=0.0))
-  config.image_size = 28
-  config.total_steps = 4500      # 9.6 epochs: what fits in the 15-minute demo here
-  config.batch_size = 128
-  config.learning_rate = 2e-3
-  config.warmup_steps = 300
-  config.decay_type = "cosine"
-  config.weight_decay = 0.05
-  config.label_smoothing = 0.1
-  config.jit_compile = True
-  config.checkpoint_every = 500
-  config.eval_every = 500        # the learning curve's test accuracy
-  config.eval_batch_size = 500
-  config.input.augment = "none"  # flips only: see the docstring
-  config.input.flip = True
-  config.input.shuffle_buffer = 60_000
-  # Keras' EMA starts at the initial weights without bias correction: after n
-  # steps momentum**n of the exported average is still the initial model,
-  # 0.99**500 = 0.7% (0.999**500 would be 61%).
-  config.finetune = ml_collections.ConfigDict(dict(
-      total_steps=500, learning_rate=0.01, warmup_steps=50, checkpoint_every=100,
-      ema_momentum=0.99, optimizer="sgd", weight_decay=0.0, eval_every=0))
-  return config
+    config = common.base_config(
+        model=dict(
+            patch_size=7,
+            hidden_size=128,
+            mlp_dim=256,
+            num_heads=4,
+            num_layers=6,
+            classifier="gap",
+            dropout_rate=0.0,
+            attention_dropout_rate=0.0,
+            stochastic_depth_rate=0.0,
+        )
+    )
+    config.image_size = 28
+    config.total_steps = 4500  # 9.6 epochs: what fits in the 15-minute demo here
+    config.batch_size = 128
+    config.learning_rate = 2e-3
+    config.warmup_steps = 300
+    config.decay_type = "cosine"
+    config.weight_decay = 0.05
+    config.label_smoothing = 0.1
+    config.jit_compile = True
+    config.checkpoint_every = 500
+    config.eval_every = 500  # the learning curve's test accuracy
+    config.eval_batch_size = 500
+    config.input.augment = "none"  # flips only: see the docstring
+    config.input.flip = True
+    config.input.shuffle_buffer = 60_000
+    # Keras' EMA starts at the initial weights without bias correction: after n
+    # steps momentum**n of the exported average is still the initial model,
+    # 0.99**500 = 0.7% (0.999**500 would be 61%).
+    config.finetune = ml_collections.ConfigDict(
+        dict(
+            total_steps=500,
+            learning_rate=0.01,
+            warmup_steps=50,
+            checkpoint_every=100,
+            ema_momentum=0.99,
+            optimizer="sgd",
+            weight_decay=0.0,
+            eval_every=0,
+        )
+    )
+    return config

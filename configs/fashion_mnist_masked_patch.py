@@ -12,24 +12,25 @@ Target: Fashion-MNIST is grayscale (decoded to R = G = B), so the 3-bit mean
 *intensity* of each 4x4 patch is predicted: 8 classes (the 512-class RGB target
 would carry the same information with 504 classes that never occur).
 """
+
 from configs import fashion_mnist
 
 
 def get_config():
-  config = fashion_mnist.get_config()
-  # Pinned to the recorded runs' model and input (the demo's recipe has moved on).
-  config.model.update(dict(patch_size=4, hidden_size=64, mlp_dim=128, num_heads=4,
-                           num_layers=4))
-  config.input.augment = "random_crop"
-  config.label_smoothing = 0.0
-  config.jit_compile = False
-  config.eval_every = 0
-  config.objective = "masked_patch"
-  config.masked_patch = dict(target="intensity", bits=3, corruption_rate=0.5,
-                             mask_prob=0.8, random_prob=0.1)
-  # Batch 128, cosine decay, weight decay 0.05 and the checkpoint and eval
-  # intervals are configs/fashion_mnist.py's.
-  config.total_steps = 1500
-  config.learning_rate = 1e-3
-  config.warmup_steps = 300
-  return config
+    config = fashion_mnist.get_config()
+    # Pinned to the recorded runs' model and input (the demo's recipe has moved on).
+    config.model.update(dict(patch_size=4, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4))
+    config.input.augment = "random_crop"
+    config.label_smoothing = 0.0
+    config.jit_compile = False
+    config.eval_every = 0
+    config.objective = "masked_patch"
+    config.masked_patch = dict(
+        target="intensity", bits=3, corruption_rate=0.5, mask_prob=0.8, random_prob=0.1
+    )
+    # Batch 128, cosine decay, weight decay 0.05 and the checkpoint and eval
+    # intervals are configs/fashion_mnist.py's.
+    config.total_steps = 1500
+    config.learning_rate = 1e-3
+    config.warmup_steps = 300
+    return config

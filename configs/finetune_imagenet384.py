@@ -3,17 +3,18 @@
   python trainers/finetune.py --config=configs/finetune_imagenet384.py \
       --init=imagenet21k --data_dir=DATA --model_dir=RUN
 """
+
 from configs import common
 
 
 def get_config(model="ViT_B16"):
-  c = common.finetune_config(model)
-  c.total_steps = 20_000
-  c.learning_rate = 0.03     # ImageNet grid {0.003, 0.01, 0.03} (App. B.1.1)
-  c.image_size = 384         # L/16 512, H/14 518 for the headline table
-  c.eval_split = "validation"
-  c.checkpoint_every = 1000
-  c.mixed_precision = True
-  c.steps_per_execution = 100
-  c.input.shard_by = "files"
-  return c
+    c = common.finetune_config(model)
+    c.total_steps = 20_000
+    c.learning_rate = 0.03  # ImageNet grid {0.003, 0.01, 0.03} (App. B.1.1)
+    c.image_size = 384  # L/16 512, H/14 518 for the headline table
+    c.eval_split = "validation"
+    c.checkpoint_every = 1000
+    c.mixed_precision = True
+    c.steps_per_execution = 100
+    c.input.shard_by = "files"
+    return c

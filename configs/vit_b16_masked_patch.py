@@ -12,21 +12,23 @@ learning rate; dropout 0).
       --data_dir=IMAGENET_TFRECORDS --model_dir=SSL_B16 --strategy=tpu --tpu=local
   python trainers/finetune.py --config=configs/... --init=SSL_B16 ...
 """
+
 from configs import common
 
 
 def get_config():
-  config = common.base_config("ViT_B16")
-  config.objective = "masked_patch"
-  config.masked_patch = dict(target="rgb", bits=3, corruption_rate=0.5, mask_prob=0.8,
-                             random_prob=0.1)
-  config.image_size = 224
-  config.optimizer = "adamw"
-  config.weight_decay = None  # pretrain.py's default, 0.1
-  config.learning_rate = 2e-4
-  config.warmup_steps = 10_000
-  config.decay_type = "cosine"
-  config.batch_size = 4096
-  config.total_steps = 1_000_000
-  config.checkpoint_every = 5000
-  return config
+    config = common.base_config("ViT_B16")
+    config.objective = "masked_patch"
+    config.masked_patch = dict(
+        target="rgb", bits=3, corruption_rate=0.5, mask_prob=0.8, random_prob=0.1
+    )
+    config.image_size = 224
+    config.optimizer = "adamw"
+    config.weight_decay = None  # pretrain.py's default, 0.1
+    config.learning_rate = 2e-4
+    config.warmup_steps = 10_000
+    config.decay_type = "cosine"
+    config.batch_size = 4096
+    config.total_steps = 1_000_000
+    config.checkpoint_every = 5000
+    return config

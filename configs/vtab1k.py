@@ -7,6 +7,7 @@
 
 `get_config(task)` picks the task; num_classes comes from the manifest.
 """
+
 from configs import common
 
 # name -> TFDS dataset[:config] (VTAB-1k, Zhai et al. 2019), grouped as in the paper.
@@ -25,11 +26,11 @@ VTAB_TASKS = {
     "resisc45": "resisc45:3.*.*",
     "diabetic_retinopathy": "diabetic_retinopathy_detection/btgraham-300:3.*.*",
     # structured
-    "clevr_count": "clevr:3.*.*",            # label: object count
-    "clevr_distance": "clevr:3.*.*",         # label: closest object distance bin
+    "clevr_count": "clevr:3.*.*",  # label: object count
+    "clevr_distance": "clevr:3.*.*",  # label: closest object distance bin
     "dmlab": "dmlab:2.0.1",
-    "kitti_distance": "kitti:3.*.*",         # label: closest vehicle distance bin
-    "dsprites_location": "dsprites:2.*.*",   # label: x position bin
+    "kitti_distance": "kitti:3.*.*",  # label: closest vehicle distance bin
+    "dsprites_location": "dsprites:2.*.*",  # label: x position bin
     "dsprites_orientation": "dsprites:2.*.*",  # label: orientation bin
     "smallnorb_azimuth": "smallnorb:2.*.*",
     "smallnorb_elevation": "smallnorb:2.*.*",
@@ -38,15 +39,15 @@ TRAIN_EXAMPLES = 1000
 
 
 def get_config(task="caltech101"):
-  if task not in VTAB_TASKS:
-    raise ValueError(f"unknown VTAB task {task!r}: expected one of {', '.join(VTAB_TASKS)}")
-  c = common.finetune_config()
-  c.vtab_task = task
-  c.tfds_name = VTAB_TASKS[task]
-  c.total_steps = 2500
-  c.learning_rate = 0.01
-  c.warmup_steps = 200
-  c.checkpoint_every = 500
-  c.eval_split = "test"
-  c.input.shuffle_buffer = TRAIN_EXAMPLES
-  return c
+    if task not in VTAB_TASKS:
+        raise ValueError(f"unknown VTAB task {task!r}: expected one of {', '.join(VTAB_TASKS)}")
+    c = common.finetune_config()
+    c.vtab_task = task
+    c.tfds_name = VTAB_TASKS[task]
+    c.total_steps = 2500
+    c.learning_rate = 0.01
+    c.warmup_steps = 200
+    c.checkpoint_every = 500
+    c.eval_split = "test"
+    c.input.shuffle_buffer = TRAIN_EXAMPLES
+    return c

@@ -19,4 +19,5 @@ def require_tensorflow_backend():
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(
             f"deploy needs the TensorFlow backend of Keras, got {keras.backend.backend()!r}; "
-            "run with KERAS_BACKEND=tensorflow (the weights are backend-independent).")
+            "run with KERAS_BACKEND=tensorflow (the weights are backend-independent)."
+        )

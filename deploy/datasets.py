@@ -28,8 +28,10 @@ def to_model_pixels(image, image_size, where):
     if image.ndim == 2:
         image = image[..., None]
     if image.ndim != 3 or image.shape[-1] not in (1, 3):
-        raise DataError(f"{where}: image of shape {image.shape}; the model takes RGB "
-                        "(3 channels) or grayscale (1) images.")
+        raise DataError(
+            f"{where}: image of shape {image.shape}; the model takes RGB "
+            "(3 channels) or grayscale (1) images."
+        )
     image = np.repeat(image, 3 // image.shape[-1], axis=-1)
     if image.shape[:2] != tuple(image_size):
         image = tf.image.resize(image, image_size).numpy()
@@ -51,16 +53,20 @@ def read_idx(path):
 
 def fashion_mnist_test(image_size, limit=1000, directory=FASHION_MNIST_DIR):
     """The first `limit` Fashion-MNIST test images -> (uint8 (N, H, W, 3), labels (N,))."""
-    paths = [os.path.join(directory, f"t10k-{kind}-ubyte.gz") for kind in ("images-idx3",
-                                                                            "labels-idx1")]
+    paths = [
+        os.path.join(directory, f"t10k-{kind}-ubyte.gz") for kind in ("images-idx3", "labels-idx1")
+    ]
     missing = [path for path in paths if not os.path.isfile(path)]
     if missing:
-        raise DataError(f"Fashion-MNIST test files missing: {', '.join(missing)} (install the "
-                        "Debian package dataset-fashion-mnist: `make data`), or pass "
-                        "--eval_data=TFRECORD_GLOB.")
+        raise DataError(
+            f"Fashion-MNIST test files missing: {', '.join(missing)} (install the "
+            "Debian package dataset-fashion-mnist: `make data`), or pass "
+            "--eval_data=TFRECORD_GLOB."
+        )
     images, labels = (read_idx(path)[:limit] for path in paths)
-    pixels = np.stack([to_model_pixels(image, image_size, f"{paths[0]}[{i}]")
-                       for i, image in enumerate(images)])
+    pixels = np.stack(
+        [to_model_pixels(image, image_size, f"{paths[0]}[{i}]") for i, image in enumerate(images)]
+    )
     return pixels, labels.astype(np.int64)
 
 
@@ -75,14 +81,21 @@ def tfrecord_images(pattern, image_size, limit=1000):
         for index, record in enumerate(tf.data.TFRecordDataset(path)):
             where = f"{path} record {index}"
             try:
-                example = tf.io.parse_single_example(record, {
-                    ENCODED_KEY: tf.io.FixedLenFeature([], tf.string),
-                    LABEL_KEY: tf.io.VarLenFeature(tf.int64)})
-                image = tf.io.decode_image(example[ENCODED_KEY], channels=0,
-                                           expand_animations=False).numpy()
+                example = tf.io.parse_single_example(
+                    record,
+                    {
+                        ENCODED_KEY: tf.io.FixedLenFeature([], tf.string),
+                        LABEL_KEY: tf.io.VarLenFeature(tf.int64),
+                    },
+                )
+                image = tf.io.decode_image(
+                    example[ENCODED_KEY], channels=0, expand_animations=False
+                ).numpy()
             except tf.errors.InvalidArgumentError as e:
-                raise DataError(f"{where}: not a tf.train.Example with a decodable "
-                                f"'{ENCODED_KEY}' image ({e.message.splitlines()[0]}).") from e
+                raise DataError(
+                    f"{where}: not a tf.train.Example with a decodable "
+                    f"'{ENCODED_KEY}' image ({e.message.splitlines()[0]})."
+                ) from e
             pixels.append(to_model_pixels(image, image_size, where))
             label = example[LABEL_KEY].values.numpy()
             labels.append(int(label[0]) if len(label) else -1)

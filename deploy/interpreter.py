@@ -8,9 +8,11 @@ import numpy as np
 
 try:
     from ai_edge_litert.interpreter import Interpreter as _Interpreter
+
     INTERPRETER = "ai_edge_litert"
 except ImportError:  # TensorFlow's copy, same API
     import tensorflow as tf
+
     _Interpreter = tf.lite.Interpreter
     INTERPRETER = "tf.lite"
 
@@ -60,8 +62,10 @@ class TFLiteClassifier:
         """pixels: uint8 (N, H, W, 3) -> probabilities (N, K) float32."""
         pixels = np.asarray(pixels)
         if pixels.ndim != 4 or tuple(pixels.shape[1:]) != (*self.image_size, 3):
-            raise ValueError(f"pixels must be (N, {self.image_size[0]}, {self.image_size[1]}"
-                             f", 3) for this file, got {pixels.shape}.")
+            raise ValueError(
+                f"pixels must be (N, {self.image_size[0]}, {self.image_size[1]}"
+                f", 3) for this file, got {pixels.shape}."
+            )
         rows = []
         for image in pixels:
             self._set_input(image[None])
@@ -80,8 +84,11 @@ class TFLiteClassifier:
             if i >= warmup:
                 times.append(time.perf_counter() - start)
         times = np.asarray(times) * 1e3
-        return {"median_ms": float(np.median(times)), "mean_ms": float(times.mean()),
-                "repeats": int(repeats)}
+        return {
+            "median_ms": float(np.median(times)),
+            "mean_ms": float(times.mean()),
+            "repeats": int(repeats),
+        }
 
 
 def interleaved_latency_ms(classifiers, pixels, rounds=5, repeats=100, warmup=10):

@@ -64,28 +64,35 @@ def require_packages():
         except ImportError:
             missing.append(name)
     if missing:
-        raise ExportError(f"ONNX export needs {', '.join(missing)} (not installed): "
-                          f"`{INSTALL_COMMAND}` installs tf2onnx, onnxruntime and onnx.")
+        raise ExportError(
+            f"ONNX export needs {', '.join(missing)} (not installed): "
+            f"`{INSTALL_COMMAND}` installs tf2onnx, onnxruntime and onnx."
+        )
     return modules
 
 
 def versions():
     """{package: version} of the packages the export and the runtime use."""
-    return {name: getattr(module, "__version__", "?")
-            for name, module in require_packages().items()}
+    return {
+        name: getattr(module, "__version__", "?") for name, module in require_packages().items()
+    }
 
 
 def _image_size(model):
     """(H, W) of a model that takes (batch, H, W, 3); ExportError otherwise."""
     shape = tuple(model.inputs[0].shape[1:]) if getattr(model, "inputs", None) else ()
     if len(shape) != 3 or shape[-1] != 3:
-        raise ExportError(f"model '{model.name}' takes inputs of shape (batch, "
-                          f"{', '.join(map(str, shape))}); the ONNX file takes RGB images "
-                          "(batch, H, W, 3).")
+        raise ExportError(
+            f"model '{model.name}' takes inputs of shape (batch, "
+            f"{', '.join(map(str, shape))}); the ONNX file takes RGB images "
+            "(batch, H, W, 3)."
+        )
     if shape[0] is None or shape[1] is None:
-        raise ExportError(f"model '{model.name}' has a dynamic image size {shape[:2]}; the "
-                          "ONNX file is exported at one fixed H x W (build the model with "
-                          "image_size=...).")
+        raise ExportError(
+            f"model '{model.name}' has a dynamic image size {shape[:2]}; the "
+            "ONNX file is exported at one fixed H x W (build the model with "
+            "image_size=...)."
+        )
     return int(shape[0]), int(shape[1])
 
 
@@ -103,9 +110,11 @@ def at_policy(model, policy):
     try:
         rebuilt = type(model).from_config({**model.get_config(), "dtype": policy})
     except (NotImplementedError, TypeError, ValueError) as e:
-        raise ExportError(f"model '{model.name}' computes under the "
-                          f"'{model.dtype_policy.name}' policy and cannot be rebuilt under "
-                          f"'{policy}' from its config: {e}") from e
+        raise ExportError(
+            f"model '{model.name}' computes under the "
+            f"'{model.dtype_policy.name}' policy and cannot be rebuilt under "
+            f"'{policy}' from its config: {e}"
+        ) from e
     rebuilt.set_weights(model.get_weights())
     return rebuilt
 
@@ -118,15 +127,22 @@ def prepare(model, precision="float32", dynamic_batch=False):
     _check_exportable(model, precision)
     height, width = _image_size(model)
     classifier = at_policy(model, POLICIES[precision])
-    images = keras.Input((height, width, 3), batch_size=None if dynamic_batch else 1,
-                         name=INPUT_NAME, dtype="float32")
-    scaled = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="scale_pixels",
-                                    dtype="float32")(images)
+    images = keras.Input(
+        (height, width, 3),
+        batch_size=None if dynamic_batch else 1,
+        name=INPUT_NAME,
+        dtype="float32",
+    )
+    scaled = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="scale_pixels", dtype="float32")(
+        images
+    )
     logits = keras.layers.Activation("linear", name="logits", dtype="float32")(
-        classifier(scaled, training=False))
+        classifier(scaled, training=False)
+    )
     probabilities = keras.layers.Softmax(name="probabilities", dtype="float32")(logits)
-    prepared = keras.Model(images, {"logits": logits, "probabilities": probabilities},
-                           name=f"{model.name}_onnx")
+    prepared = keras.Model(
+        images, {"logits": logits, "probabilities": probabilities}, name=f"{model.name}_onnx"
+    )
     prepared(np.zeros((1, height, width, 3), np.float32), training=False)
     return prepared
 
@@ -135,8 +151,9 @@ def probe_pixels(image_size, count=4, seed=0):
     """Deterministic float32 pixels (count, H, W, 3) in [0, 255] for the check:
     black, white and uniform noise."""
     noise = np.random.default_rng(seed).uniform(0, 255, (max(count - 2, 0), *image_size, 3))
-    return np.concatenate([np.zeros((1, *image_size, 3)), np.full((1, *image_size, 3), 255.0),
-                           noise])[:count].astype(np.float32)
+    return np.concatenate(
+        [np.zeros((1, *image_size, 3)), np.full((1, *image_size, 3), 255.0), noise]
+    )[:count].astype(np.float32)
 
 
 def export_keras_model(model, path, precision="float32", dynamic_batch=False, opset=None):
@@ -156,17 +173,18 @@ def export_keras_model(model, path, precision="float32", dynamic_batch=False, op
     modules = require_packages()
     prepared = prepare(model, precision, dynamic_batch)
     height, width = _image_size(model)
-    spec = tf.TensorSpec([None if dynamic_batch else 1, height, width, 3], tf.float32,
-                         INPUT_NAME)
+    spec = tf.TensorSpec([None if dynamic_batch else 1, height, width, 3], tf.float32, INPUT_NAME)
     with warnings.catch_warnings():  # Keras' numpy-2 patch of tf2onnx touches np.object
         warnings.simplefilter("ignore", FutureWarning)
         try:
-            prepared.export(path, format="onnx", verbose=False, input_signature=[spec],
-                            opset_version=opset)
+            prepared.export(
+                path, format="onnx", verbose=False, input_signature=[spec], opset_version=opset
+            )
         except Exception as e:  # tf2onnx raises many kinds; the message is what matters
             raise ExportError(
                 f"Keras' ONNX exporter (tf2onnx {modules['tf2onnx'].__version__}) could not "
-                f"convert model '{model.name}' at {precision}: {type(e).__name__}: {e}") from e
+                f"convert model '{model.name}' at {precision}: {type(e).__name__}: {e}"
+            ) from e
     return check_file(path, prepared, precision, dynamic_batch)
 
 
@@ -178,25 +196,39 @@ def check_file(path, prepared, precision="float32", dynamic_batch=False):
     height, width = classifier.image_size
     expected_shape = [None if dynamic_batch else 1, height, width, 3]
     if classifier.input["shape"] != expected_shape or classifier.input["dtype"] != "float32":
-        raise ExportError(f"{path}: input {classifier.input}, expected {INPUT_NAME} float32 "
-                          f"{expected_shape}.")
+        raise ExportError(
+            f"{path}: input {classifier.input}, expected {INPUT_NAME} float32 {expected_shape}."
+        )
     if tuple(classifier.output_names) != OUTPUT_NAMES:
-        raise ExportError(f"{path}: outputs {classifier.output_names}, expected "
-                          f"{list(OUTPUT_NAMES)}.")
+        raise ExportError(
+            f"{path}: outputs {classifier.output_names}, expected {list(OUTPUT_NAMES)}."
+        )
     pixels = probe_pixels((height, width))
-    expected = np.concatenate([keras.ops.convert_to_numpy(
-        prepared(pixels[i:i + 1], training=False)["probabilities"]) for i in range(len(pixels))])
+    expected = np.concatenate(
+        [
+            keras.ops.convert_to_numpy(prepared(pixels[i : i + 1], training=False)["probabilities"])
+            for i in range(len(pixels))
+        ]
+    )
     produced = classifier.predict(pixels)
     delta = float(np.abs(produced - expected).max())
     if not np.isfinite(produced).all() or not delta <= CHECK_BOUNDS[precision]:
-        raise ExportError(f"{path}: onnxruntime's probabilities differ from the Keras model's "
-                          f"by {delta:.3g} on the probe images (at most "
-                          f"{CHECK_BOUNDS[precision]:g} expected at {precision}): the "
-                          "conversion does not compute the model.")
-    return {"input": classifier.input, "outputs": list(classifier.output_names),
-            "opset": opset_of(path),
-            "check": {"probe_images": len(pixels), "max_abs_delta_probability": delta,
-                      "bound": CHECK_BOUNDS[precision]}}
+        raise ExportError(
+            f"{path}: onnxruntime's probabilities differ from the Keras model's "
+            f"by {delta:.3g} on the probe images (at most "
+            f"{CHECK_BOUNDS[precision]:g} expected at {precision}): the "
+            "conversion does not compute the model."
+        )
+    return {
+        "input": classifier.input,
+        "outputs": list(classifier.output_names),
+        "opset": opset_of(path),
+        "check": {
+            "probe_images": len(pixels),
+            "max_abs_delta_probability": delta,
+            "bound": CHECK_BOUNDS[precision],
+        },
+    }
 
 
 def _load(path):
@@ -217,7 +249,8 @@ def operator_counts(path):
     standard ONNX domains appear as 'domain:Op'."""
     counts = collections.Counter(
         node.op_type if node.domain in _STANDARD_DOMAINS else f"{node.domain}:{node.op_type}"
-        for node in _graph_nodes(_load(path).graph))
+        for node in _graph_nodes(_load(path).graph)
+    )
     return dict(sorted(counts.items()))
 
 
@@ -259,15 +292,19 @@ class ONNXClassifier:
         if num_threads:
             options.intra_op_num_threads = int(num_threads)
             options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(os.fspath(path), sess_options=options,
-                                            providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            os.fspath(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
         inputs = self.session.get_inputs()
         if len(inputs) != 1:
             raise ExportError(f"{path}: {len(inputs)} inputs, expected one ({INPUT_NAME}).")
         shape = [_dimension(d) for d in inputs[0].shape]
         dtype = inputs[0].type.removeprefix("tensor(").removesuffix(")")
-        self.input = {"name": inputs[0].name, "shape": shape,
-                      "dtype": "float32" if dtype == "float" else dtype}
+        self.input = {
+            "name": inputs[0].name,
+            "shape": shape,
+            "dtype": "float32" if dtype == "float" else dtype,
+        }
         self.output_names = [output.name for output in self.session.get_outputs()]
         if len(shape) != 4 or None in shape[1:]:
             raise ExportError(f"{path}: input shape {shape}, expected (batch, H, W, 3).")
@@ -279,12 +316,17 @@ class ONNXClassifier:
         batches the file accepts (one image at a time for a batch-1 file)."""
         pixels = np.asarray(pixels, np.float32)
         if pixels.ndim != 4 or tuple(pixels.shape[1:]) != (*self.image_size, 3):
-            raise ValueError(f"pixels must be (N, {self.image_size[0]}, {self.image_size[1]}"
-                             f", 3) for this file, got {pixels.shape}.")
+            raise ValueError(
+                f"pixels must be (N, {self.image_size[0]}, {self.image_size[1]}"
+                f", 3) for this file, got {pixels.shape}."
+            )
         step = self.batch_size or 100
-        return np.concatenate([
-            self.session.run([output], {self.input["name"]: pixels[i:i + step]})[0]
-            for i in range(0, len(pixels), step)]).astype(np.float32)
+        return np.concatenate(
+            [
+                self.session.run([output], {self.input["name"]: pixels[i : i + step]})[0]
+                for i in range(0, len(pixels), step)
+            ]
+        ).astype(np.float32)
 
     def predict(self, pixels):
         """pixels (N, H, W, 3) in [0, 255] -> probabilities (N, K) float32."""
@@ -298,8 +340,9 @@ class ONNXClassifier:
         """Median and mean milliseconds per run at batch 1 over `repeats` runs
         cycling through `pixels` (N, H, W, 3), after `warmup`."""
         feeds = [{self.input["name"]: np.asarray(image[None], np.float32)} for image in pixels]
-        return _time(lambda i: self.session.run(["probabilities"], feeds[i % len(feeds)]),
-                     repeats, warmup)
+        return _time(
+            lambda i: self.session.run(["probabilities"], feeds[i % len(feeds)]), repeats, warmup
+        )
 
 
 def _time(call, repeats, warmup):
@@ -310,15 +353,19 @@ def _time(call, repeats, warmup):
         if i >= warmup:
             times.append(time.perf_counter() - start)
     times = np.asarray(times) * 1e3
-    return {"median_ms": float(np.median(times)), "mean_ms": float(times.mean()),
-            "repeats": int(repeats)}
+    return {
+        "median_ms": float(np.median(times)),
+        "mean_ms": float(times.mean()),
+        "repeats": int(repeats),
+    }
 
 
 def keras_forward(model):
     """The Keras model as Keras' predict runs it: a tf.function over [0, 255]
     pixels, XLA-compiled where `model.jit_compile` says so."""
-    return tf.function(lambda x: model(scale_pixels(x), training=False),
-                       jit_compile=bool(model.jit_compile))
+    return tf.function(
+        lambda x: model(scale_pixels(x), training=False), jit_compile=bool(model.jit_compile)
+    )
 
 
 def keras_latency_ms(model, pixels, repeats=200, warmup=20, forward=None):
@@ -329,17 +376,30 @@ def keras_latency_ms(model, pixels, repeats=200, warmup=20, forward=None):
     inputs = [tf.constant(np.asarray(image[None], np.float32)) for image in pixels]
     result = _time(lambda i: forward(inputs[i % len(inputs)]).numpy(), repeats, warmup)
     threads = tf.config.threading.get_intra_op_parallelism_threads()
-    return {**result, "jit_compile": bool(model.jit_compile),
-            "intra_op_threads": threads or f"TensorFlow's default ({os.cpu_count()} cores)"}
+    return {
+        **result,
+        "jit_compile": bool(model.jit_compile),
+        "intra_op_threads": threads or f"TensorFlow's default ({os.cpu_count()} cores)",
+    }
 
 
-def build_report(path, precision, reference, pixels, labels=None, threads=(1, 2),
-                 latency_repeats=200, keras_model=None, extra=None):
+def build_report(
+    path,
+    precision,
+    reference,
+    pixels,
+    labels=None,
+    threads=(1, 2),
+    latency_repeats=200,
+    keras_model=None,
+    extra=None,
+):
     """The report dict of the ONNX file `path` against `reference` (uint8 pixels
     -> probabilities, e.g. deploy/report.keras_reference) on `pixels`
     (N, H, W, 3) uint8: export_tflite's report with ONNX's ops, and the Keras
     model's latency beside onnxruntime's when `keras_model` is given."""
-    from deploy import report as report_lib  # pylint: disable=g-import-not-at-top
+    from deploy import report as report_lib
+
     counts = operator_counts(path)
     classifier = ONNXClassifier(path)
     comparison = report_lib.compare(reference(pixels), classifier.predict(pixels), labels)
@@ -364,8 +424,10 @@ def build_report(path, precision, reference, pixels, labels=None, threads=(1, 2)
     for count in threads:
         timer = ONNXClassifier(path, num_threads=count)
         report["latency_per_image"][f"{count}_threads"] = timer.latency_ms(
-            pixels, repeats=latency_repeats)
+            pixels, repeats=latency_repeats
+        )
     if keras_model is not None:
-        report["keras_latency_per_image"] = keras_latency_ms(keras_model, pixels,
-                                                             repeats=latency_repeats)
+        report["keras_latency_per_image"] = keras_latency_ms(
+            keras_model, pixels, repeats=latency_repeats
+        )
     return report

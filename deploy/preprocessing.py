@@ -22,8 +22,8 @@ def scale_pixels(pixels):
 def assert_not_empty(batch, signature):
     """An op that fails with a clear message when `batch` has no rows."""
     return tf.debugging.Assert(
-        tf.shape(batch)[0] > 0,
-        [f"{signature}: empty batch; send at least one image."])
+        tf.shape(batch)[0] > 0, [f"{signature}: empty batch; send at least one image."]
+    )
 
 
 def assert_pixel_shape(pixels, image_size, signature):
@@ -33,10 +33,17 @@ def assert_pixel_shape(pixels, image_size, signature):
     expected = tf.constant([*image_size, 3])
     shape = tf.shape(pixels)
     return tf.debugging.Assert(
-        tf.logical_and(tf.equal(tf.size(shape), 4), tf.reduce_all(
-            tf.equal(tf.concat([shape, [0, 0, 0, 0]], 0)[1:4], expected))),
-        [f"{signature}: images must be (batch, {image_size[0]}, {image_size[1]}, 3) pixels;"
-         " got shape", shape], summarize=8)
+        tf.logical_and(
+            tf.equal(tf.size(shape), 4),
+            tf.reduce_all(tf.equal(tf.concat([shape, [0, 0, 0, 0]], 0)[1:4], expected)),
+        ),
+        [
+            f"{signature}: images must be (batch, {image_size[0]}, {image_size[1]}, 3) pixels;"
+            " got shape",
+            shape,
+        ],
+        summarize=8,
+    )
 
 
 def assert_pixel_range(pixels, signature):
@@ -45,13 +52,14 @@ def assert_pixel_range(pixels, signature):
     low, high = tf.reduce_min(pixels), tf.reduce_max(pixels)
     return tf.debugging.Assert(
         tf.logical_and(low >= 0.0, high <= 255.0),
-        [f"{signature}: pixel values must be in [0, 255] (unscaled); got min", low,
-         "max", high])
+        [f"{signature}: pixel values must be in [0, 255] (unscaled); got min", low, "max", high],
+    )
 
 
 def _has_image_magic(encoded):
-    return tf.reduce_any(tf.stack([
-        tf.equal(tf.strings.substr(encoded, 0, len(magic)), magic) for magic in _MAGIC]))
+    return tf.reduce_any(
+        tf.stack([tf.equal(tf.strings.substr(encoded, 0, len(magic)), magic) for magic in _MAGIC])
+    )
 
 
 def decode_one(encoded, index, image_size, signature):
@@ -62,16 +70,27 @@ def decode_one(encoded, index, image_size, signature):
     """
     is_image = tf.debugging.Assert(
         _has_image_magic(encoded),
-        [f"{signature}: the image at batch index", index,
-         f"is not a JPEG, PNG, GIF or BMP image (first bytes:",
-         tf.strings.substr(encoded, 0, 8), ")"])
+        [
+            f"{signature}: the image at batch index",
+            index,
+            "is not a JPEG, PNG, GIF or BMP image (first bytes:",
+            tf.strings.substr(encoded, 0, 8),
+            ")",
+        ],
+    )
     with tf.control_dependencies([is_image]):
         image = tf.io.decode_image(encoded, channels=0, expand_animations=False)
     channels = tf.shape(image)[-1]
     is_rgb = tf.debugging.Assert(
         tf.logical_or(tf.equal(channels, 1), tf.equal(channels, 3)),
-        [f"{signature}: the image at batch index", index, "has", channels,
-         "channels; expected 1 (grayscale) or 3 (RGB)"])
+        [
+            f"{signature}: the image at batch index",
+            index,
+            "has",
+            channels,
+            "channels; expected 1 (grayscale) or 3 (RGB)",
+        ],
+    )
     with tf.control_dependencies([is_rgb]):
         image = tf.tile(image, [1, 1, 3 // channels])
     image = tf.ensure_shape(image, [None, None, 3])
@@ -86,7 +105,8 @@ def decode_images(encoded, image_size, signature):
     return tf.map_fn(
         lambda args: decode_one(args[0], args[1], image_size, signature),
         (encoded, indices),
-        fn_output_signature=tf.TensorSpec([*image_size, 3], tf.float32))
+        fn_output_signature=tf.TensorSpec([*image_size, 3], tf.float32),
+    )
 
 
 def parse_examples(serialized, signature):
@@ -95,9 +115,12 @@ def parse_examples(serialized, signature):
     A missing 'image/encoded' fails naming the feature."""
     with tf.control_dependencies([assert_not_empty(serialized, signature)]):
         serialized = tf.identity(serialized)
-    features = tf.io.parse_example(serialized, {
-        ENCODED_KEY: tf.io.FixedLenFeature([], tf.string),
-        LABEL_KEY: tf.io.VarLenFeature(tf.int64),
-    })
+    features = tf.io.parse_example(
+        serialized,
+        {
+            ENCODED_KEY: tf.io.FixedLenFeature([], tf.string),
+            LABEL_KEY: tf.io.VarLenFeature(tf.int64),
+        },
+    )
     labels = tf.sparse.to_dense(features[LABEL_KEY], default_value=-1)
     return features[ENCODED_KEY], labels

@@ -12,9 +12,11 @@ from deploy.preprocessing import scale_pixels
 
 def keras_reference(model, batch_size=100):
     """uint8 (N, H, W, 3) -> probabilities (N, K) from the Keras model itself."""
+
     def probabilities(pixels):
         logits = model.predict(scale_pixels(pixels), batch_size=batch_size, verbose=0)
         return tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1).numpy()
+
     return probabilities
 
 
@@ -24,9 +26,13 @@ def saved_model_reference(loaded, batch_size=100):
     signature = loaded.signatures[serving.PREDICT_IMAGES]
 
     def probabilities(pixels):
-        return np.concatenate([
-            signature(images=tf.constant(pixels[i:i + batch_size]))["probabilities"].numpy()
-            for i in range(0, len(pixels), batch_size)])
+        return np.concatenate(
+            [
+                signature(images=tf.constant(pixels[i : i + batch_size]))["probabilities"].numpy()
+                for i in range(0, len(pixels), batch_size)
+            ]
+        )
+
     return probabilities
 
 
@@ -47,16 +53,27 @@ def compare(reference, candidate, labels=None):
         known = labels >= 0
         if known.any():
             if labels.max() >= reference.shape[1]:
-                raise DataError(f"the comparison images have labels up to {labels.max()}; the "
-                                f"model has {reference.shape[1]} classes: not its data set.")
+                raise DataError(
+                    f"the comparison images have labels up to {labels.max()}; the "
+                    f"model has {reference.shape[1]} classes: not its data set."
+                )
             result["reference_accuracy"] = float(
-                np.mean(reference.argmax(1)[known] == labels[known]))
+                np.mean(reference.argmax(1)[known] == labels[known])
+            )
             result["tflite_accuracy"] = float(np.mean(candidate.argmax(1)[known] == labels[known]))
     return result
 
 
-def build_report(content, quantization, reference, pixels, labels=None, threads=(1, 2),
-                 latency_repeats=200, extra=None):
+def build_report(
+    content,
+    quantization,
+    reference,
+    pixels,
+    labels=None,
+    threads=(1, 2),
+    latency_repeats=200,
+    extra=None,
+):
     """The report dict of .tflite bytes `content` against `reference`
     (uint8 pixels -> probabilities) on `pixels` (N, H, W, 3) uint8."""
     counts = tflite.operator_counts(content)
@@ -70,13 +87,16 @@ def build_report(content, quantization, reference, pixels, labels=None, threads=
         "op_counts": counts,
         "builtin_ops_only": not tflite.non_builtin_ops(counts),
         "interpreter": interpreter.INTERPRETER,
-        "input": {"shape": [int(s) for s in classifier.input["shape"]],
-                  "dtype": np.dtype(classifier.input["dtype"]).name},
+        "input": {
+            "shape": [int(s) for s in classifier.input["shape"]],
+            "dtype": np.dtype(classifier.input["dtype"]).name,
+        },
         **compare(reference(pixels), classifier.predict(pixels), labels),
         "latency_per_image": {},
     }
     for count in threads:
         timer = interpreter.TFLiteClassifier(content, num_threads=count)
         report["latency_per_image"][f"{count}_threads"] = timer.latency_ms(
-            pixels, repeats=latency_repeats)
+            pixels, repeats=latency_repeats
+        )
     return report

@@ -44,15 +44,18 @@ class Classifier:
         sources.require_logits(model, "a served classifier")
         channels = int(model.inputs[0].shape[-1])
         if channels != 3:
-            raise ValueError(f"model '{model.name}' takes {channels}-channel images; the "
-                             "served signatures decode and feed RGB (3 channels). "
-                             "Export an RGB model (its weights adapt: input_shape=(H, W, 3)).")
+            raise ValueError(
+                f"model '{model.name}' takes {channels}-channel images; the "
+                "served signatures decode and feed RGB (3 channels). "
+                "Export an RGB model (its weights adapt: input_shape=(H, W, 3))."
+            )
         self.model = model
         self.image_size = tuple(int(s) for s in model.inputs[0].shape[1:3])
         self.num_classes = int(model.outputs[0].shape[-1])
         if class_names is not None and len(class_names) != self.num_classes:
-            raise ValueError(f"{len(class_names)} class names for a model with "
-                             f"{self.num_classes} classes.")
+            raise ValueError(
+                f"{len(class_names)} class names for a model with {self.num_classes} classes."
+            )
         self.class_names = list(class_names) if class_names is not None else None
         self.top_k = max(1, min(int(top_k), self.num_classes))
 
@@ -61,8 +64,7 @@ class Classifier:
         logits = self.model(preprocessing.scale_pixels(pixels), training=False)
         probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
         scores, classes = tf.math.top_k(probabilities, k=self.top_k)
-        outputs = {"probabilities": probabilities, "top_k_classes": classes,
-                   "top_k_scores": scores}
+        outputs = {"probabilities": probabilities, "top_k_classes": classes, "top_k_scores": scores}
         if self.class_names is not None:
             outputs["top_k_names"] = tf.gather(tf.constant(self.class_names), classes)
         return outputs
@@ -72,8 +74,10 @@ class Classifier:
         return self.classify(pixels)
 
     def _checked_pixels(self, images, signature):
-        checks = [preprocessing.assert_pixel_shape(images, self.image_size, signature),
-                  preprocessing.assert_not_empty(images, signature)]
+        checks = [
+            preprocessing.assert_pixel_shape(images, self.image_size, signature),
+            preprocessing.assert_not_empty(images, signature),
+        ]
         if images.dtype != tf.uint8:
             with tf.control_dependencies(checks):  # the range of an empty batch is (inf, -inf)
                 checks.append(preprocessing.assert_pixel_range(images, signature))
@@ -97,10 +101,12 @@ class Classifier:
         return [
             (SERVING_DEFAULT, self.serve_encoded, tf.TensorSpec([None], tf.string, "images")),
             (PREDICT_IMAGES, self.predict_images, tf.TensorSpec(pixels, tf.uint8, "images")),
-            (PREDICT_IMAGES_FLOAT32, self.predict_images_float32,
-             tf.TensorSpec(pixels, tf.float32, "images")),
-            (PREDICT_EXAMPLES, self.predict_examples,
-             tf.TensorSpec([None], tf.string, "examples")),
+            (
+                PREDICT_IMAGES_FLOAT32,
+                self.predict_images_float32,
+                tf.TensorSpec(pixels, tf.float32, "images"),
+            ),
+            (PREDICT_EXAMPLES, self.predict_examples, tf.TensorSpec([None], tf.string, "examples")),
         ]
 
 
@@ -120,9 +126,11 @@ def image_size_of(loaded):
     """(H, W) of a SavedModel loaded with tf.saved_model.load, from the input
     signature of `predict_images_float32`."""
     if PREDICT_IMAGES_FLOAT32 not in loaded.signatures:
-        raise ValueError(f"the SavedModel has no '{PREDICT_IMAGES_FLOAT32}' signature "
-                         f"(has {', '.join(loaded.signatures)}); export it with "
-                         "tools/export_savedmodel.py.")
+        raise ValueError(
+            f"the SavedModel has no '{PREDICT_IMAGES_FLOAT32}' signature "
+            f"(has {', '.join(loaded.signatures)}); export it with "
+            "tools/export_savedmodel.py."
+        )
     _, spec = loaded.signatures[PREDICT_IMAGES_FLOAT32].structured_input_signature
     shape = spec["images"].shape
     return int(shape[1]), int(shape[2])

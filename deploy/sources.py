@@ -6,8 +6,8 @@ import os
 
 import keras_vit
 
-RUN_WEIGHTS = "model.weights.h5"    # written by trainers/train_lib.export
-RUN_CONFIG = "model_config.json"    # the model's get_config()
+RUN_WEIGHTS = "model.weights.h5"  # written by trainers/train_lib.export
+RUN_CONFIG = "model_config.json"  # the model's get_config()
 
 
 class SourceError(ValueError):
@@ -22,8 +22,10 @@ def load_run_dir(run_dir):
     paths = {name: os.path.join(run_dir, name) for name in (RUN_CONFIG, RUN_WEIGHTS)}
     missing = [path for path in paths.values() if not os.path.isfile(path)]
     if missing:
-        raise SourceError(f"--run_dir={run_dir} is not a finished trainers/ run: missing "
-                          f"{', '.join(missing)} (written at the end of training).")
+        raise SourceError(
+            f"--run_dir={run_dir} is not a finished trainers/ run: missing "
+            f"{', '.join(missing)} (written at the end of training)."
+        )
     try:
         with open(paths[RUN_CONFIG], encoding="utf-8") as f:
             config = json.load(f)
@@ -41,8 +43,10 @@ def build_named(name, weights, num_classes=None, image_size=None):
     """`keras_vit.build_model(name, weights=...)`, e.g. ('ViT_B16', 'imagenet21k').
     Weights are required: exporting random weights is never what is meant."""
     if not weights:
-        raise SourceError(f"--model={name} needs --weights (a registry name such as "
-                          "'imagenet21k', or a .npz/.keras/.weights.h5 path).")
+        raise SourceError(
+            f"--model={name} needs --weights (a registry name such as "
+            "'imagenet21k', or a .npz/.keras/.weights.h5 path)."
+        )
     kwargs = {"weights": weights}
     if num_classes:
         kwargs["num_classes"] = int(num_classes)
@@ -57,8 +61,10 @@ def load_model(run_dir=None, model=None, weights=None, num_classes=None, image_s
         raise SourceError("Give exactly one of --run_dir=RUN or --model=NAME --weights=W.")
     if run_dir:
         if weights or num_classes or image_size:
-            raise SourceError("--weights, --num_classes and --image_size go with --model; "
-                              "a --run_dir holds its own.")
+            raise SourceError(
+                "--weights, --num_classes and --image_size go with --model; "
+                "a --run_dir holds its own."
+            )
         return load_run_dir(run_dir)
     return build_named(model, weights, num_classes, image_size)
 
@@ -80,8 +86,9 @@ def read_class_names(path, num_classes):
         else:
             names = [line.rstrip("\r\n") for line in f if line.strip()]
     if len(names) != num_classes:
-        raise SourceError(f"{path} has {len(names)} class names; the model has "
-                          f"{num_classes} classes.")
+        raise SourceError(
+            f"{path} has {len(names)} class names; the model has {num_classes} classes."
+        )
     return [str(name) for name in names]
 
 
@@ -89,10 +96,13 @@ def require_logits(model, consumer, error=ValueError):
     """Raises `error` unless `model` ends in logits (a head, no classifier activation):
     the exports compute the softmax themselves. `consumer` names who needs them."""
     if not getattr(model, "include_top", True):
-        raise error(f"model '{model.name}' has no head (include_top=False); {consumer} "
-                    "needs logits.")
+        raise error(
+            f"model '{model.name}' has no head (include_top=False); {consumer} needs logits."
+        )
     activation = getattr(model, "classifier_activation", None)
     if activation not in (None, "linear"):
-        raise error(f"model '{model.name}' applies classifier_activation={activation!r} to "
-                    f"its head; {consumer} computes the softmax itself from logits: build "
-                    "the model with classifier_activation=None.")
+        raise error(
+            f"model '{model.name}' applies classifier_activation={activation!r} to "
+            f"its head; {consumer} computes the softmax itself from logits: build "
+            "the model with classifier_activation=None."
+        )

@@ -33,8 +33,9 @@ try:
 except ImportError:  # TensorFlow ships the same generated schema
     from tensorflow.lite.python import schema_py_generated as _schema
 
-_BUILTIN_NAMES = {code: name for name, code in vars(_schema.BuiltinOperator).items()
-                  if not name.startswith("_")}
+_BUILTIN_NAMES = {
+    code: name for name, code in vars(_schema.BuiltinOperator).items() if not name.startswith("_")
+}
 
 
 class ConversionError(RuntimeError):
@@ -57,8 +58,10 @@ def _probabilities_function(loaded):
 def _representative_dataset(quantization, representative_pixels):
     """A generator function over the calibration images, one (1, H, W, 3) each."""
     if representative_pixels is None or not len(representative_pixels):
-        raise ConversionError(f"--quantization={quantization} needs representative images "
-                              "(--representative_data=TFRECORD_GLOB) to calibrate.")
+        raise ConversionError(
+            f"--quantization={quantization} needs representative images "
+            "(--representative_data=TFRECORD_GLOB) to calibrate."
+        )
     pixels = np.asarray(representative_pixels, np.float32)
 
     def representative_dataset():
@@ -77,7 +80,8 @@ def _configure(converter, quantization, representative_pixels):
         converter.target_spec.supported_types = [tf.float16]
     elif quantization in CALIBRATED:
         converter.representative_dataset = _representative_dataset(
-            quantization, representative_pixels)
+            quantization, representative_pixels
+        )
         if quantization == "int8":
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
             converter.inference_input_type = tf.uint8
@@ -92,10 +96,11 @@ def _convert(converter, quantization, representative_pixels):
     if quantization != "int8_matmul":
         return converter.convert()
     options = tf.lite.experimental.QuantizationDebugOptions(
-        denylisted_ops=[kind for kind in _BUILTIN_NAMES.values() if kind not in INT8_MATMUL_OPS])
+        denylisted_ops=[kind for kind in _BUILTIN_NAMES.values() if kind not in INT8_MATMUL_OPS]
+    )
     debugger = tf.lite.experimental.QuantizationDebugger(
-        converter=converter, debug_dataset=converter.representative_dataset,
-        debug_options=options)
+        converter=converter, debug_dataset=converter.representative_dataset, debug_options=options
+    )
     return debugger.get_nondebug_quantized_model()
 
 
@@ -112,18 +117,24 @@ def convert_saved_model(saved_model_dir, quantization="none", representative_pix
         non-builtin (Flex or custom) op.
     """
     if quantization not in QUANTIZATIONS:
-        raise ConversionError(f"quantization={quantization!r}: expected one of "
-                              f"{', '.join(QUANTIZATIONS)}.")
+        raise ConversionError(
+            f"quantization={quantization!r}: expected one of {', '.join(QUANTIZATIONS)}."
+        )
     loaded = tf.saved_model.load(saved_model_dir)
     function = _probabilities_function(loaded)
     if representative_pixels is not None:
         expected = (*function.inputs[0].shape[1:3], 3)
         shape = tuple(np.shape(representative_pixels))
         if len(shape) != 4 or shape[1:] != tuple(expected):
-            raise ConversionError(f"representative images have shape {shape}; the model "
-                                  f"takes (N, {expected[0]}, {expected[1]}, 3).")
-    content = _convert(tf.lite.TFLiteConverter.from_concrete_functions([function], loaded),
-                       quantization, representative_pixels)
+            raise ConversionError(
+                f"representative images have shape {shape}; the model "
+                f"takes (N, {expected[0]}, {expected[1]}, 3)."
+            )
+    content = _convert(
+        tf.lite.TFLiteConverter.from_concrete_functions([function], loaded),
+        quantization,
+        representative_pixels,
+    )
     assert_builtin_only(content)
     return content
 
@@ -172,5 +183,7 @@ def assert_builtin_only(content):
     """Raises ConversionError naming any op that is not a TFLite builtin."""
     foreign = non_builtin_ops(operator_counts(content))
     if foreign:
-        raise ConversionError(f"the converted model needs non-builtin ops: {', '.join(foreign)}"
-                              " (Flex/SELECT_TF_OPS are not allowed).")
+        raise ConversionError(
+            f"the converted model needs non-builtin ops: {', '.join(foreign)}"
+            " (Flex/SELECT_TF_OPS are not allowed)."
+        )

@@ -10,12 +10,27 @@ Runs under the TensorFlow and JAX backends (keras.ops only).
 import logging as _logging
 
 from keras_vit import factory, hybrid, layers
-from keras_vit.builders import (BUILDERS, R26_ViT_B32, R26_ViT_S32, R50_ViT_B16, R50_ViT_L32,
-                                R_Ti16, ViT_B8, ViT_B16, ViT_B32, ViT_H14, ViT_L16,
-                                ViT_L32, ViT_S16, ViT_S32, ViT_Ti16, build_model)
+from keras_vit.builders import (
+    BUILDERS,
+    R26_ViT_B32,
+    R26_ViT_S32,
+    R50_ViT_B16,
+    R50_ViT_L32,
+    R_Ti16,
+    ViT_B8,
+    ViT_B16,
+    ViT_B32,
+    ViT_H14,
+    ViT_L16,
+    ViT_L32,
+    ViT_S16,
+    ViT_S32,
+    ViT_Ti16,
+    build_model,
+)
 from keras_vit.checkpoint import CheckpointError, load_weights, save_checkpoint
-from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit.hybrid import HybridViT
+from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit.variants import HYBRID_VARIANTS, VARIANTS
 from keras_vit.vision_transformer import VisionTransformer
 
@@ -40,9 +55,32 @@ if not _logger.handlers:
     _logger.setLevel(_logging.INFO)
 
 __all__ = [
-    "BUILDERS", "CheckpointError", "HYBRID_VARIANTS", "HybridViT", "R26_ViT_B32",
-    "R26_ViT_S32", "R50_ViT_B16", "R50_ViT_L32", "R_Ti16", "VARIANTS", "ViT_B8",
-    "ViT_B16", "ViT_B32", "ViT_H14", "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32",
-    "ViT_Ti16", "VisionTransformer", "build_model", "decode_predictions", "factory",
-    "hybrid", "layers", "load_weights", "preprocess_input", "save_checkpoint",
+    "BUILDERS",
+    "CheckpointError",
+    "HYBRID_VARIANTS",
+    "HybridViT",
+    "R26_ViT_B32",
+    "R26_ViT_S32",
+    "R50_ViT_B16",
+    "R50_ViT_L32",
+    "R_Ti16",
+    "VARIANTS",
+    "ViT_B8",
+    "ViT_B16",
+    "ViT_B32",
+    "ViT_H14",
+    "ViT_L16",
+    "ViT_L32",
+    "ViT_S16",
+    "ViT_S32",
+    "ViT_Ti16",
+    "VisionTransformer",
+    "build_model",
+    "decode_predictions",
+    "factory",
+    "hybrid",
+    "layers",
+    "load_weights",
+    "preprocess_input",
+    "save_checkpoint",
 ]

@@ -11,7 +11,6 @@ TypeError naming it.
 from keras_vit.variants import HYBRID_VARIANTS, VARIANTS
 from keras_vit.vision_transformer import VisionTransformer
 
-
 _ALL_VARIANTS = {**VARIANTS, **HYBRID_VARIANTS}
 
 
@@ -24,8 +23,9 @@ def _builder(variant):
     resnet = ""
     if "resnet" in arch:
         units = arch["resnet"]["num_layers"]
-        resnet = f"ResNet with units per stage {units}, then " if units else \
-            "ResNet stem alone, then "
+        resnet = (
+            f"ResNet with units per stage {units}, then " if units else "ResNet stem alone, then "
+        )
     build.__name__ = build.__qualname__ = variant
     build.__doc__ = (
         f"{variant}: {resnet}patch {arch['patch_size']}, hidden {arch['hidden_size']}, MLP "
@@ -33,7 +33,8 @@ def _builder(variant):
         "Takes the keyword arguments of `keras_vit.VisionTransformer` (weights, "
         "image_size, num_classes, include_top, classifier, representation_size, "
         "dropout_rate, ...) and keras.applications' (input_shape, input_tensor, "
-        "pooling, classes, classifier_activation). Returns a `VisionTransformer`.")
+        "pooling, classes, classifier_activation). Returns a `VisionTransformer`."
+    )
     return build
 
 

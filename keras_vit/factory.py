@@ -37,8 +37,7 @@ NOT_GIVEN = _NotGiven()
 
 # The constructor arguments that follow the checkpoint where not given (None, or
 # NOT_GIVEN for representation_size, whose None means "no pre_logits").
-CHECKPOINT_DEFAULTS = ("image_size", "channels", "classifier", "representation_size",
-                       "num_classes")
+CHECKPOINT_DEFAULTS = ("image_size", "channels", "classifier", "representation_size", "num_classes")
 
 
 def resolve_weights(weights, arguments, model_class):
@@ -61,9 +60,14 @@ def resolve_weights(weights, arguments, model_class):
     Raises:
         FileNotFoundError, ValueError (unknown registry name), CheckpointError.
     """
-    arch = loader.architecture(arguments["patch_size"], arguments["hidden_size"],
-                               arguments["mlp_dim"], arguments["num_heads"],
-                               arguments["num_layers"], arguments.get("resnet"))
+    arch = loader.architecture(
+        arguments["patch_size"],
+        arguments["hidden_size"],
+        arguments["mlp_dim"],
+        arguments["num_heads"],
+        arguments["num_layers"],
+        arguments.get("resnet"),
+    )
     source = loader.open_source(weights, arch, model_class)
     meta = source.metadata
     arguments = dict(arguments)

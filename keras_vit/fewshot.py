@@ -33,12 +33,13 @@ import numpy as np
 from keras_vit.layers.pooling import TokenPooling
 
 BIAS_CONSTANT = 100.0
-DEFAULT_L2 = 2.0 ** 10
+DEFAULT_L2 = 2.0**10
 DEFAULT_SHOTS = (1, 5, 10, 25)
 REPRESENTATIONS = ("pre_logits", "token", "gap")
 
 
 # -- Features ---------------------------------------------------------------------
+
 
 def feature_model(model, representation="pre_logits"):
     """A `keras.Model` sharing `model`'s weights that maps images to features.
@@ -54,8 +55,9 @@ def feature_model(model, representation="pre_logits"):
         a model (B, H, W, 3) -> (B, features).
     """
     if representation not in REPRESENTATIONS:
-        raise ValueError(f"representation must be one of {REPRESENTATIONS}, "
-                         f"got {representation!r}.")
+        raise ValueError(
+            f"representation must be one of {REPRESENTATIONS}, got {representation!r}."
+        )
     layer_names = {layer.name for layer in model.layers}
     if representation == "pre_logits":
         name = "pre_logits" if "pre_logits" in layer_names else "pool"
@@ -64,8 +66,10 @@ def feature_model(model, representation="pre_logits"):
         encoder = model.get_layer("Transformer")
         prefix = encoder.num_prefix_tokens
         if representation == "token" and not prefix:
-            raise ValueError("representation='token': this model has no class token "
-                             "(classifier='gap'); use 'gap' or 'pre_logits'.")
+            raise ValueError(
+                "representation='token': this model has no class token "
+                "(classifier='gap'); use 'gap' or 'pre_logits'."
+            )
         tokens = encoder.output
         if representation == "gap" and prefix:
             tokens = PatchTokens(prefix, name="patch_tokens")(tokens)
@@ -82,7 +86,7 @@ class PatchTokens(keras.layers.Layer):
         self.num_prefix_tokens = int(num_prefix_tokens)
 
     def call(self, tokens):
-        return tokens[:, self.num_prefix_tokens:]
+        return tokens[:, self.num_prefix_tokens :]
 
     def compute_output_shape(self, input_shape):
         batch, tokens, hidden = input_shape
@@ -123,6 +127,7 @@ def extract_features(model, batches, representation="pre_logits"):
 
 # -- The closed-form classifier --------------------------------------------------
 
+
 class RidgeClassifier:
     """L2-regularised least squares on whitened features plus a bias feature,
     targets 2*onehot-1 (big_vision `_precompute_cache` / `_eig_fewshot_acc_fn`).
@@ -138,11 +143,14 @@ class RidgeClassifier:
         x = np.asarray(features, np.float64)
         y = np.asarray(labels).reshape(-1)
         if x.ndim != 2 or len(x) != len(y):
-            raise ValueError(f"RidgeClassifier: features {x.shape} and labels {y.shape} "
-                             "must be (N, D) and (N,).")
+            raise ValueError(
+                f"RidgeClassifier: features {x.shape} and labels {y.shape} must be (N, D) and (N,)."
+            )
         if len(y) and (y.min() < 0 or y.max() >= num_classes):
-            raise ValueError(f"RidgeClassifier: labels must be in [0, {num_classes}), got "
-                             f"[{y.min()}, {y.max()}].")
+            raise ValueError(
+                f"RidgeClassifier: labels must be in [0, {num_classes}), got "
+                f"[{y.min()}, {y.max()}]."
+            )
         self.mean = x.mean(axis=0, keepdims=True)
         self.std = x.std(axis=0, keepdims=True) + 1e-5
         x = self._inputs(x)
@@ -192,8 +200,11 @@ def needed_indices(labels, shots, num_classes, num_seeds):
     """
     labels = np.asarray(labels).reshape(-1)
     shots, num_seeds = _check_shots_and_seeds(shots, num_seeds)
-    draws = [idx for seed in range(num_seeds)
-             for idx in fewshot_indices(labels, shots, num_classes, seed).values()]
+    draws = [
+        idx
+        for seed in range(num_seeds)
+        for idx in fewshot_indices(labels, shots, num_classes, seed).values()
+    ]
     return np.unique(np.concatenate(draws).astype(np.int64))
 
 
@@ -212,8 +223,10 @@ def _feature_rows(train_indices, num_train):
         return lambda idx: idx
     train_indices = np.asarray(train_indices, np.int64).reshape(-1)
     if len(train_indices) and (train_indices.min() < 0 or train_indices.max() >= num_train):
-        raise ValueError(f"evaluate: train_indices must be in [0, {num_train}) (the train "
-                         f"labels), got [{train_indices.min()}, {train_indices.max()}].")
+        raise ValueError(
+            f"evaluate: train_indices must be in [0, {num_train}) (the train "
+            f"labels), got [{train_indices.min()}, {train_indices.max()}]."
+        )
     row_of = np.full(num_train, -1, np.int64)
     row_of[train_indices] = np.arange(len(train_indices))
     if np.count_nonzero(row_of >= 0) != len(train_indices):
@@ -222,15 +235,27 @@ def _feature_rows(train_indices, num_train):
     def rows(idx):
         found = row_of[idx]
         if (found < 0).any():
-            raise ValueError(f"evaluate: the k-shot sets need train examples "
-                             f"{idx[found < 0][:5].tolist()}..., which are not in "
-                             "train_indices (use needed_indices).")
+            raise ValueError(
+                f"evaluate: the k-shot sets need train examples "
+                f"{idx[found < 0][:5].tolist()}..., which are not in "
+                "train_indices (use needed_indices)."
+            )
         return found
+
     return rows
 
 
-def evaluate(train_features, train_labels, test_features, test_labels, shots=DEFAULT_SHOTS,
-             num_seeds=3, l2=DEFAULT_L2, num_classes=None, train_indices=None):
+def evaluate(
+    train_features,
+    train_labels,
+    test_features,
+    test_labels,
+    shots=DEFAULT_SHOTS,
+    num_seeds=3,
+    l2=DEFAULT_L2,
+    num_classes=None,
+    train_indices=None,
+):
     """Few-shot accuracies on `test` of ridge classifiers fit on k-shot subsets
     of `train`, for each k in `shots` and seeds 0 .. num_seeds-1.
 
@@ -258,9 +283,11 @@ def evaluate(train_features, train_labels, test_features, test_labels, shots=DEF
     num_rows = len(train_labels) if train_indices is None else len(train_indices)
     if len(train_features) != num_rows or len(test_features) != len(test_labels):
         what = "labels" if train_indices is None else "train_indices"
-        raise ValueError(f"evaluate: {len(train_features)} train features vs "
-                         f"{num_rows} {what}, {len(test_features)} test features "
-                         f"vs {len(test_labels)} labels.")
+        raise ValueError(
+            f"evaluate: {len(train_features)} train features vs "
+            f"{num_rows} {what}, {len(test_features)} test features "
+            f"vs {len(test_labels)} labels."
+        )
     if num_classes is None:
         num_classes = int(max(train_labels.max(), test_labels.max())) + 1
     shots, num_seeds = _check_shots_and_seeds(shots, num_seeds)
@@ -268,14 +295,19 @@ def evaluate(train_features, train_labels, test_features, test_labels, shots=DEF
     per_seed = {k: [] for k in shots}
     for seed in range(num_seeds):
         for k, idx in fewshot_indices(train_labels, shots, num_classes, seed).items():
-            classifier = RidgeClassifier(train_features[rows(idx)], train_labels[idx],
-                                         num_classes, l2)
+            classifier = RidgeClassifier(
+                train_features[rows(idx)], train_labels[idx], num_classes, l2
+            )
             per_seed[k].append(classifier.accuracy(test_features, test_labels))
-    return {k: {"mean": float(np.mean(a)), "std": float(np.std(a)), "per_seed": a}
-            for k, a in per_seed.items()}
+    return {
+        k: {"mean": float(np.mean(a)), "std": float(np.std(a)), "per_seed": a}
+        for k, a in per_seed.items()
+    }
 
 
 def format_results(results):
     """One line per shot count: '10-shot: 83.21% ± 0.40 (3 seeds)'."""
-    return "\n".join(f"{k:>3}-shot: {100 * r['mean']:.2f}% ± {100 * r['std']:.2f} "
-                     f"({len(r['per_seed'])} seeds)" for k, r in sorted(results.items()))
+    return "\n".join(
+        f"{k:>3}-shot: {100 * r['mean']:.2f}% ± {100 * r['std']:.2f} ({len(r['per_seed'])} seeds)"
+        for k, r in sorted(results.items())
+    )

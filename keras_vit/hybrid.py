@@ -41,8 +41,9 @@ def HybridViT(resnet, size="B", patch_size=1, weights=None, **kwargs):
     if size not in SIZES:
         raise ValueError(f"Unknown size {size!r}; known: {', '.join(SIZES)}.")
     kwargs.setdefault("name", "hybrid_vit")
-    return VisionTransformer(resnet=resnet, patch_size=patch_size, weights=weights,
-                             **{**SIZES[size], **kwargs})
+    return VisionTransformer(
+        resnet=resnet, patch_size=patch_size, weights=weights, **{**SIZES[size], **kwargs}
+    )
 
 
 def feature_extractor(model, stages=False):
@@ -69,5 +70,12 @@ def feature_extractor(model, stages=False):
     return keras.Model(model.inputs, outputs, name=f"{model.name}_resnet")
 
 
-__all__ = ["HybridViT", "R26_ViT_B32", "R26_ViT_S32", "R50_ViT_B16", "R50_ViT_L32", "R_Ti16",
-           "feature_extractor"]
+__all__ = [
+    "HybridViT",
+    "R26_ViT_B32",
+    "R26_ViT_S32",
+    "R50_ViT_B16",
+    "R50_ViT_L32",
+    "R_Ti16",
+    "feature_extractor",
+]

@@ -26,7 +26,7 @@ class FlatGlorotUniform(keras.initializers.GlorotUniform):
         self.in_axes = int(in_axes)
 
     def __call__(self, shape, dtype=None):
-        flat = (math.prod(shape[: self.in_axes]), math.prod(shape[self.in_axes:]))
+        flat = (math.prod(shape[: self.in_axes]), math.prod(shape[self.in_axes :]))
         return keras.ops.reshape(super().__call__(flat, dtype=dtype), shape)
 
     def get_config(self):

@@ -25,6 +25,7 @@ class NotMeaningfulError(ValueError):
 
 # -- Attention rollout (Abnar & Zuidema 2020; paper Fig. 6, Appendix D.8) ---------
 
+
 def rollout(attention_weights):
     """Attention rollout through all layers.
 
@@ -45,11 +46,15 @@ def rollout(attention_weights):
     for i, weights in enumerate(attention_weights):
         weights = np.asarray(weights, np.float64)
         if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
-            raise ValueError(f"rollout: attention weights of layer {i} must be "
-                             f"(batch, heads, T, T), got shape {weights.shape}.")
+            raise ValueError(
+                f"rollout: attention weights of layer {i} must be "
+                f"(batch, heads, T, T), got shape {weights.shape}."
+            )
         if result is not None and weights.shape[-1] != result.shape[-1]:
-            raise ValueError(f"rollout: layer {i} has {weights.shape[-1]} tokens, "
-                             f"layer 0 has {result.shape[-1]}.")
+            raise ValueError(
+                f"rollout: layer {i} has {weights.shape[-1]} tokens, "
+                f"layer 0 has {result.shape[-1]}."
+            )
         joint = weights.mean(axis=1) + np.eye(weights.shape[-1])
         joint /= joint.sum(axis=-1, keepdims=True)
         result = joint if result is None else joint @ result
@@ -75,9 +80,11 @@ def rollout_maps(rollout_matrix, grid_size, num_prefix_tokens):
     rollout_matrix = np.asarray(rollout_matrix, np.float64)
     tokens = num_prefix_tokens + rows * cols
     if rollout_matrix.ndim != 3 or rollout_matrix.shape[1:] != (tokens, tokens):
-        raise ValueError(f"rollout_maps: expected (batch, {tokens}, {tokens}) for a "
-                         f"{rows}x{cols} grid with {num_prefix_tokens} prefix token(s), "
-                         f"got {rollout_matrix.shape}.")
+        raise ValueError(
+            f"rollout_maps: expected (batch, {tokens}, {tokens}) for a "
+            f"{rows}x{cols} grid with {num_prefix_tokens} prefix token(s), "
+            f"got {rollout_matrix.shape}."
+        )
     if num_prefix_tokens:
         flow = rollout_matrix[:, 0, num_prefix_tokens:]
     else:
@@ -94,7 +101,7 @@ def _attention_chunks(model, images, batch_size):
         raise ValueError("no images given.")
     attention = model.attention_model()
     for start in range(0, len(images), batch_size):
-        chunk = images[start:start + batch_size]
+        chunk = images[start : start + batch_size]
         yield len(chunk), list(attention.predict(chunk, batch_size=batch_size, verbose=0))
 
 
@@ -103,9 +110,12 @@ def attention_maps(model, images, batch_size=32):
     [-1, 1]: the class token's map for token models, the mean over tokens for
     GAP models. Each map sums to 1; upsample with `upsample`."""
     encoder = model.get_layer("Transformer")
-    return np.concatenate([
-        rollout_maps(rollout(weights), encoder.grid_size, encoder.num_prefix_tokens)
-        for _, weights in _attention_chunks(model, images, batch_size)])
+    return np.concatenate(
+        [
+            rollout_maps(rollout(weights), encoder.grid_size, encoder.num_prefix_tokens)
+            for _, weights in _attention_chunks(model, images, batch_size)
+        ]
+    )
 
 
 def upsample(maps, image_size):
@@ -121,13 +131,15 @@ def upsample(maps, image_size):
 
 # -- Mean attention distance (paper Fig. 7 right, Appendix D.7) --------------------
 
+
 def patch_centres(grid_size, patch_pixels):
     """(rows*cols, 2) pixel coordinates (y, x) of the patch centres, row-major
     (the token order of the patch embedding)."""
     rows, cols = grid_size
     step_y, step_x = patch_pixels
-    y, x = np.meshgrid((np.arange(rows) + 0.5) * step_y, (np.arange(cols) + 0.5) * step_x,
-                       indexing="ij")
+    y, x = np.meshgrid(
+        (np.arange(rows) + 0.5) * step_y, (np.arange(cols) + 0.5) * step_x, indexing="ij"
+    )
     return np.stack([y.ravel(), x.ravel()], axis=-1)
 
 
@@ -159,11 +171,13 @@ def mean_attention_distance(attention_weights, grid_size, patch_pixels, num_pref
             raise ValueError(
                 f"mean_attention_distance: layer {i} weights must be (batch, heads, "
                 f"{tokens}, {tokens}) for a {grid_size[0]}x{grid_size[1]} grid with "
-                f"{num_prefix_tokens} prefix token(s), got {weights.shape}.")
+                f"{num_prefix_tokens} prefix token(s), got {weights.shape}."
+            )
         patch = weights[..., num_prefix_tokens:, num_prefix_tokens:]
         mass = patch.sum(axis=-1)
-        per_query = np.divide((patch * distance).sum(axis=-1), mass,
-                              out=np.zeros_like(mass), where=mass > 0)
+        per_query = np.divide(
+            (patch * distance).sum(axis=-1), mass, out=np.zeros_like(mass), where=mass > 0
+        )
         result.append(per_query.mean(axis=(0, 2)))
     return np.stack(result)
 
@@ -185,14 +199,18 @@ def attention_distance(model, images, batch_size=32):
     """Mean attention distance (layers, heads) in pixels of a model over images
     (B, H, W, 3) in [-1, 1]; see `mean_attention_distance`."""
     encoder = model.get_layer("Transformer")
-    total = sum(count * mean_attention_distance(weights, encoder.grid_size,
-                                                grid_cell_pixels(model),
-                                                encoder.num_prefix_tokens)
-                for count, weights in _attention_chunks(model, images, batch_size))
+    total = sum(
+        count
+        * mean_attention_distance(
+            weights, encoder.grid_size, grid_cell_pixels(model), encoder.num_prefix_tokens
+        )
+        for count, weights in _attention_chunks(model, images, batch_size)
+    )
     return total / len(images)
 
 
 # -- Position-embedding similarity (paper Fig. 7 middle) ---------------------------
+
 
 def cosine_similarity_grid(embeddings, grid_size):
     """Cosine similarity of every grid embedding with every other.
@@ -207,12 +225,16 @@ def cosine_similarity_grid(embeddings, grid_size):
     rows, cols = grid_size
     embeddings = np.asarray(embeddings, np.float64)
     if embeddings.ndim != 2 or embeddings.shape[0] != rows * cols:
-        raise ValueError(f"cosine_similarity_grid: expected ({rows * cols}, D) for a "
-                         f"{rows}x{cols} grid, got {embeddings.shape}.")
+        raise ValueError(
+            f"cosine_similarity_grid: expected ({rows * cols}, D) for a "
+            f"{rows}x{cols} grid, got {embeddings.shape}."
+        )
     norms = np.linalg.norm(embeddings, axis=-1, keepdims=True)
     if np.any(norms == 0):
-        raise ValueError("cosine_similarity_grid: an embedding is all zeros; its cosine "
-                         f"similarity is undefined (index {int(np.argmin(norms))}).")
+        raise ValueError(
+            "cosine_similarity_grid: an embedding is all zeros; its cosine "
+            f"similarity is undefined (index {int(np.argmin(norms))})."
+        )
     unit = embeddings / norms
     return (unit @ unit.T).reshape(rows, cols, rows, cols)
 
@@ -222,10 +244,11 @@ def position_embedding_similarity(model):
     position embeddings of the patch grid (the class token's is left out)."""
     layer = model.get_layer("Transformer").position_embedding
     table = keras.ops.convert_to_numpy(layer.pos_embedding)[0]
-    return cosine_similarity_grid(table[layer.num_prefix_tokens:], layer.grid_size)
+    return cosine_similarity_grid(table[layer.num_prefix_tokens :], layer.grid_size)
 
 
 # -- Embedding filters (paper Fig. 7 left) ---------------------------------------
+
 
 def principal_components(samples, num_components):
     """Principal components of `samples` (N, F): the top right singular vectors
@@ -237,12 +260,13 @@ def principal_components(samples, num_components):
     """
     samples = np.asarray(samples, np.float64)
     if samples.ndim != 2:
-        raise ValueError(f"principal_components: expected (samples, features), got "
-                         f"{samples.shape}.")
+        raise ValueError(
+            f"principal_components: expected (samples, features), got {samples.shape}."
+        )
     centred = samples - samples.mean(axis=0, keepdims=True)
     _, singular, vt = np.linalg.svd(centred, full_matrices=False)
     k = min(int(num_components), *samples.shape)
-    variance = singular ** 2
+    variance = singular**2
     total = variance.sum()
     explained = variance[:k] / total if total > 0 else np.zeros(k)
     return vt[:k], explained
@@ -266,12 +290,14 @@ def embedding_filter_components(model, num_components=28, grayscale=False):
     if (model.get_config().get("resnet") or None) is not None:
         raise NotMeaningfulError(
             "embedding filters: this hybrid model's patch embedding projects ResNet "
-            "features, not RGB pixels, so its filters cannot be shown as RGB patches.")
+            "features, not RGB pixels, so its filters cannot be shown as RGB patches."
+        )
     kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").kernel)
     if kernel.ndim != 4 or kernel.shape[2] != 3:
         raise NotMeaningfulError(
             f"embedding filters: the patch embedding kernel has shape {kernel.shape}, "
-            "not (P, P, 3, D) on RGB pixels; its filters are not RGB patches.")
+            "not (P, P, 3, D) on RGB pixels; its filters are not RGB patches."
+        )
     if grayscale:
         kernel = kernel.sum(axis=2, keepdims=True)
     filters = kernel.reshape(-1, kernel.shape[-1]).T  # (D, P*P*channels)

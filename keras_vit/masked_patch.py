@@ -66,20 +66,21 @@ def mean_colour_targets(images, patch_size, target="rgb", bits=3):
         raise ValueError(f"images must be (batch, height, width, 3), got shape {tuple(shape)}.")
     height, width = shape[1], shape[2]
     if height % ph or width % pw:
-        raise ValueError(f"image size {height}x{width} is not a multiple of the patch "
-                         f"size {ph}x{pw}.")
+        raise ValueError(
+            f"image size {height}x{width} is not a multiple of the patch size {ph}x{pw}."
+        )
     rows, cols = height // ph, width // pw
     x = ops.reshape(ops.cast(images, "float32"), (-1, rows, ph, cols, pw, 3))
     means = ops.mean(x, axis=(2, 4))  # (batch, rows, cols, 3)
     if target == "intensity":
         means = ops.mean(means, axis=-1, keepdims=True)
     pixels = (means + 1.0) * 127.5
-    levels = 2 ** bits
-    quantised = ops.clip(ops.floor((pixels + _EDGE_TOLERANCE) * (levels / 256.0)),
-                         0, levels - 1)
+    levels = 2**bits
+    quantised = ops.clip(ops.floor((pixels + _EDGE_TOLERANCE) * (levels / 256.0)), 0, levels - 1)
     channels = TARGETS[target]
-    weights = ops.convert_to_tensor([levels ** (channels - 1 - c) for c in range(channels)],
-                                    "float32")
+    weights = ops.convert_to_tensor(
+        [levels ** (channels - 1 - c) for c in range(channels)], "float32"
+    )
     classes = ops.sum(quantised * weights, axis=-1)
     return ops.cast(ops.reshape(classes, (-1, rows * cols)), "int32")
 
@@ -108,25 +109,30 @@ class MaskedPatchHead(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_classes = int(num_classes)
         self.num_prefix_tokens = int(num_prefix_tokens)
-        self.dense = keras.layers.Dense(self.num_classes, kernel_initializer="zeros",
-                                        name="dense", dtype=self.dtype_policy)
+        self.dense = keras.layers.Dense(
+            self.num_classes, kernel_initializer="zeros", name="dense", dtype=self.dtype_policy
+        )
 
     def build(self, tokens_shape, corrupted_shape=None):
         self.dense.build(tokens_shape)
 
     def call(self, tokens, corrupted):
-        logits = self.dense(tokens[:, self.num_prefix_tokens:])
+        logits = self.dense(tokens[:, self.num_prefix_tokens :])
         mask = ops.expand_dims(ops.cast(corrupted, logits.dtype), -1)
         return ops.concatenate([logits, mask], axis=-1)
 
     def compute_output_shape(self, tokens_shape, corrupted_shape=None):
-        return (tokens_shape[0], corrupted_shape[1] if corrupted_shape else None,
-                self.num_classes + 1)
+        return (
+            tokens_shape[0],
+            corrupted_shape[1] if corrupted_shape else None,
+            self.num_classes + 1,
+        )
 
     def get_config(self):
         config = super().get_config()
-        config.update({"num_classes": self.num_classes,
-                       "num_prefix_tokens": self.num_prefix_tokens})
+        config.update(
+            {"num_classes": self.num_classes, "num_prefix_tokens": self.num_prefix_tokens}
+        )
         return config
 
 
@@ -148,8 +154,9 @@ def masked_patch_cross_entropy(targets, predictions):
     `MaskedPatchPredictor` output. Returns (batch,).
     """
     logits, mask = split_predictions(predictions)
-    ce = ops.sparse_categorical_crossentropy(ops.cast(targets, "int32"),
-                                             ops.cast(logits, "float32"), from_logits=True)
+    ce = ops.sparse_categorical_crossentropy(
+        ops.cast(targets, "int32"), ops.cast(logits, "float32"), from_logits=True
+    )
     return _masked_mean(ce, mask)
 
 
@@ -157,8 +164,7 @@ def masked_patch_cross_entropy(targets, predictions):
 def masked_patch_accuracy(targets, predictions):
     """Per-image fraction of the corrupted patches whose class is predicted (batch,)."""
     logits, mask = split_predictions(predictions)
-    hits = ops.cast(ops.equal(ops.argmax(logits, axis=-1),
-                              ops.cast(targets, "int32")), "float32")
+    hits = ops.cast(ops.equal(ops.argmax(logits, axis=-1), ops.cast(targets, "int32")), "float32")
     return _masked_mean(hits, mask)
 
 
@@ -198,24 +204,41 @@ class MaskedPatchPredictor(keras.Model):
         corruption_rate, mask_prob, random_prob, seed: `PatchCorruption`'s.
     """
 
-    def __init__(self, backbone, target="rgb", bits=3, corruption_rate=0.5, mask_prob=0.8,
-                 random_prob=0.1, seed=None, name="masked_patch_predictor", **kwargs):
+    def __init__(
+        self,
+        backbone,
+        target="rgb",
+        bits=3,
+        corruption_rate=0.5,
+        mask_prob=0.8,
+        random_prob=0.1,
+        seed=None,
+        name="masked_patch_predictor",
+        **kwargs,
+    ):
         num_classes = num_target_classes(target, bits)
         images = keras.Input(backbone.inputs[0].shape[1:], name="image")
         x = images
         for layer in backbone.resnet_layers():
             x = layer(x)
         x = backbone.get_layer("embedding")(x)
-        corruption = PatchCorruption(corruption_rate, mask_prob, random_prob, seed=seed,
-                                     name="patch_corruption", dtype=backbone.dtype_policy)
+        corruption = PatchCorruption(
+            corruption_rate,
+            mask_prob,
+            random_prob,
+            seed=seed,
+            name="patch_corruption",
+            dtype=backbone.dtype_policy,
+        )
         x, corrupted = corruption(x)
         prefix = 0
         if backbone.classifier == "token":
             x = backbone.get_layer("cls")(x)
             prefix = 1
         x = backbone.get_layer("Transformer")(x)
-        outputs = MaskedPatchHead(num_classes, prefix, name="masked_patch_head",
-                                  dtype=backbone.dtype_policy)(x, corrupted)
+        outputs = MaskedPatchHead(
+            num_classes, prefix, name="masked_patch_head", dtype=backbone.dtype_policy
+        )(x, corrupted)
         super().__init__(inputs=images, outputs=outputs, name=name, **kwargs)
         # Not tracked as a sub-layer: the layers used above are this model's own
         # already, and tracking the whole backbone would add its unused pooling /

@@ -55,15 +55,18 @@ def decode_predictions(predictions, top=5, class_names=None):
             raise ValueError(
                 f"predictions have {predictions.shape[1]} classes; the shipped names cover "
                 "ImageNet-1k (1000). Pass class_names for other label sets "
-                "(e.g. the ImageNet-21k names).")
+                "(e.g. the ImageNet-21k names)."
+            )
         classes = imagenet_classes()
     else:
         if isinstance(class_names, (str, os.PathLike)):
             with open(class_names, encoding="utf-8") as f:
                 class_names = [line.rstrip("\n") for line in f if line.strip()]
         if len(class_names) != predictions.shape[1]:
-            raise ValueError(f"{len(class_names)} class names for predictions with "
-                             f"{predictions.shape[1]} classes.")
+            raise ValueError(
+                f"{len(class_names)} class names for predictions with "
+                f"{predictions.shape[1]} classes."
+            )
         classes = [(str(i), name) for i, name in enumerate(class_names)]
     top = min(int(top), predictions.shape[1])
     order = np.argsort(-predictions, axis=1, kind="stable")[:, :top]

@@ -12,15 +12,24 @@ SIZES = {
 
 VARIANTS = {
     f"ViT_{size}{patch}": dict(patch_size=patch, **SIZES[size])
-    for size, patch in [("Ti", 16), ("S", 16), ("S", 32), ("B", 8), ("B", 16),
-                        ("B", 32), ("L", 16), ("L", 32), ("H", 14)]
+    for size, patch in [
+        ("Ti", 16),
+        ("S", 16),
+        ("S", 32),
+        ("B", 8),
+        ("B", 16),
+        ("B", 32),
+        ("L", 16),
+        ("L", 32),
+        ("H", 14),
+    ]
 }
 
 
-
 def _hybrid(size, patch, num_layers):
-    return dict(patch_size=patch, resnet={"num_layers": num_layers, "width_factor": 1},
-                **SIZES[size])
+    return dict(
+        patch_size=patch, resnet={"num_layers": num_layers, "width_factor": 1}, **SIZES[size]
+    )
 
 
 # ResNet (units per stage) + ViT, as the official configs: the ResNet's stride
@@ -42,7 +51,8 @@ def variant_name(config):
     (a hybrid's `resnet` normalised as `keras_vit.layers.resnet.resnet_spec`
     does), or None."""
     for name, arch in {**VARIANTS, **HYBRID_VARIANTS}.items():
-        if all(config.get(key) == value for key, value in arch.items()) \
-                and config.get("resnet") == arch.get("resnet"):
+        if all(config.get(key) == value for key, value in arch.items()) and config.get(
+            "resnet"
+        ) == arch.get("resnet"):
             return name
     return None

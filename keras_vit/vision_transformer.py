@@ -126,23 +126,57 @@ class VisionTransformer(keras.Model):
         ValueError: contradictory or invalid arguments (both values named).
     """
 
-    def __init__(self, image_size=None, patch_size=16, hidden_size=768, mlp_dim=3072,
-                 num_heads=12, num_layers=12, classifier=None,
-                 representation_size=NOT_GIVEN, num_classes=None, include_top=True,
-                 dropout_rate=0.0, attention_dropout_rate=0.0, weights=None,
-                 name="vit", dtype=None, resnet=None, stochastic_depth_rate=0.0, *,
-                 input_shape=None, input_tensor=None, pooling=NOT_GIVEN, classes=None,
-                 classifier_activation=None, channels=None, trainable=True):
+    def __init__(
+        self,
+        image_size=None,
+        patch_size=16,
+        hidden_size=768,
+        mlp_dim=3072,
+        num_heads=12,
+        num_layers=12,
+        classifier=None,
+        representation_size=NOT_GIVEN,
+        num_classes=None,
+        include_top=True,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        weights=None,
+        name="vit",
+        dtype=None,
+        resnet=None,
+        stochastic_depth_rate=0.0,
+        *,
+        input_shape=None,
+        input_tensor=None,
+        pooling=NOT_GIVEN,
+        classes=None,
+        classifier_activation=None,
+        channels=None,
+        trainable=True,
+    ):
         arguments = dict(
-            image_size=image_size, patch_size=patch_size, hidden_size=hidden_size,
-            mlp_dim=mlp_dim, num_heads=num_heads, num_layers=num_layers,
-            classifier=classifier, representation_size=representation_size,
-            num_classes=num_classes, include_top=include_top, dropout_rate=dropout_rate,
-            attention_dropout_rate=attention_dropout_rate, name=name, dtype=dtype,
-            resnet=resnet_spec(resnet), stochastic_depth_rate=stochastic_depth_rate,
-            input_tensor=input_tensor, pooling=pooling,
-            classifier_activation=classifier_activation, channels=channels,
-            trainable=trainable)
+            image_size=image_size,
+            patch_size=patch_size,
+            hidden_size=hidden_size,
+            mlp_dim=mlp_dim,
+            num_heads=num_heads,
+            num_layers=num_layers,
+            classifier=classifier,
+            representation_size=representation_size,
+            num_classes=num_classes,
+            include_top=include_top,
+            dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            name=name,
+            dtype=dtype,
+            resnet=resnet_spec(resnet),
+            stochastic_depth_rate=stochastic_depth_rate,
+            input_tensor=input_tensor,
+            pooling=pooling,
+            classifier_activation=classifier_activation,
+            channels=channels,
+            trainable=trainable,
+        )
         arguments.update(_input_arguments(image_size, channels, input_shape, input_tensor))
         arguments["num_classes"] = _alias("num_classes", num_classes, "classes", classes)
         source = None
@@ -152,13 +186,35 @@ class VisionTransformer(keras.Model):
         if source is not None:
             factory.load(self, source)
 
-    def _build(self, *, image_size, channels, patch_size, hidden_size, mlp_dim, num_heads,
-               num_layers, classifier, representation_size, num_classes, include_top,
-               dropout_rate, attention_dropout_rate, stochastic_depth_rate, resnet, pooling,
-               classifier_activation, input_tensor, name, dtype, trainable):
+    def _build(
+        self,
+        *,
+        image_size,
+        channels,
+        patch_size,
+        hidden_size,
+        mlp_dim,
+        num_heads,
+        num_layers,
+        classifier,
+        representation_size,
+        num_classes,
+        include_top,
+        dropout_rate,
+        attention_dropout_rate,
+        stochastic_depth_rate,
+        resnet,
+        pooling,
+        classifier_activation,
+        input_tensor,
+        name,
+        dtype,
+        trainable,
+    ):
         """Builds the graph from complete arguments; reads no file."""
-        patch_embedding = vit_layers.PatchEmbedding(patch_size, hidden_size, name="embedding",
-                                                    dtype=dtype)
+        patch_embedding = vit_layers.PatchEmbedding(
+            patch_size, hidden_size, name="embedding", dtype=dtype
+        )
         if input_tensor is None:
             images = inputs = keras.Input((*image_size, channels), name="image")
         else:
@@ -168,30 +224,46 @@ class VisionTransformer(keras.Model):
         x = images
         for layer in resnet_layers(resnet, dtype) if resnet is not None else ():
             x = layer(x)
-        grid_size = (patch_embedding.grid_size(image_size) if resnet is None else
-                     _hybrid_grid_size(patch_embedding, image_size, tuple(x.shape[1:3])))
+        grid_size = (
+            patch_embedding.grid_size(image_size)
+            if resnet is None
+            else _hybrid_grid_size(patch_embedding, image_size, tuple(x.shape[1:3]))
+        )
         x = patch_embedding(x)
         if classifier == "token":
             x = vit_layers.ClassToken(name="cls", dtype=dtype)(x)
         x = vit_layers.Encoder(
-            grid_size, num_layers, num_heads, mlp_dim,
+            grid_size,
+            num_layers,
+            num_heads,
+            mlp_dim,
             num_prefix_tokens=1 if classifier == "token" else 0,
-            dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-            stochastic_depth_rate=stochastic_depth_rate, name="Transformer", dtype=dtype)(x)
+            dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            stochastic_depth_rate=stochastic_depth_rate,
+            name="Transformer",
+            dtype=dtype,
+        )(x)
         if include_top or pooling is NOT_GIVEN:
             x = vit_layers.TokenPooling(classifier, name="pool", dtype=dtype)(x)
             if representation_size:
-                x = keras.layers.Dense(representation_size, activation="tanh",
-                                       kernel_initializer="lecun_normal", name="pre_logits",
-                                       dtype=dtype)(x)
+                x = keras.layers.Dense(
+                    representation_size,
+                    activation="tanh",
+                    kernel_initializer="lecun_normal",
+                    name="pre_logits",
+                    dtype=dtype,
+                )(x)
         else:
             x = _pooled(x, pooling, classifier, grid_size, hidden_size, dtype)
         if include_top:  # logits (and their activation) in float32 under mixed precision
-            x = keras.layers.Dense(num_classes, kernel_initializer="zeros", name="head",
-                                   dtype=_float32_outputs(dtype))(x)
+            x = keras.layers.Dense(
+                num_classes, kernel_initializer="zeros", name="head", dtype=_float32_outputs(dtype)
+            )(x)
             if classifier_activation is not None:
-                x = keras.layers.Activation(classifier_activation, name="predictions",
-                                            dtype=_float32_outputs(dtype))(x)
+                x = keras.layers.Activation(
+                    classifier_activation, name="predictions", dtype=_float32_outputs(dtype)
+                )(x)
         super().__init__(inputs=inputs, outputs=x, name=name, trainable=trainable)
 
         self.image_size = image_size
@@ -234,7 +306,8 @@ class VisionTransformer(keras.Model):
         if self.resnet is None:
             return []
         return [self.get_layer("root")] + [
-            self.get_layer(f"block{i + 1}") for i in range(len(self.resnet["num_layers"]))]
+            self.get_layer(f"block{i + 1}") for i in range(len(self.resnet["num_layers"]))
+        ]
 
     def attention_model(self):
         """A `keras.Model` sharing this model's weights that maps images to the
@@ -264,8 +337,10 @@ class VisionTransformer(keras.Model):
         also on CPU-only TensorFlow, where Keras would switch it off: ViT-S/16
         inference measured 1.26x faster with it (docs/speed.md). Under a
         tf.distribute strategy Keras' own choice stands."""
-        if keras.backend.backend() == "tensorflow" and \
-                getattr(self, "_distribute_strategy", None) is None:
+        if (
+            keras.backend.backend() == "tensorflow"
+            and getattr(self, "_distribute_strategy", None) is None
+        ):
             return all(layer.supports_jit for layer in self._flatten_layers())
         return super()._resolve_auto_jit_compile()
 
@@ -276,7 +351,8 @@ class VisionTransformer(keras.Model):
             raise NotImplementedError(
                 f"{self.name} was built on an input_tensor with layers before it, which "
                 "its config cannot describe. Build the model on a keras.Input of the same "
-                "shape and wrap both: keras.Model(inputs, vit(preprocessed)).")
+                "shape and wrap both: keras.Model(inputs, vit(preprocessed))."
+            )
         config = {
             "name": self.name,
             "trainable": self.trainable,
@@ -299,11 +375,14 @@ class VisionTransformer(keras.Model):
         if self.pooling is not NOT_GIVEN:  # not given: the key is absent
             config["pooling"] = self.pooling
         if self.resnet is not None:
-            config["resnet"] = {"num_layers": list(self.resnet["num_layers"]),
-                                "width_factor": self.resnet["width_factor"]}
+            config["resnet"] = {
+                "num_layers": list(self.resnet["num_layers"]),
+                "width_factor": self.resnet["width_factor"],
+            }
         if self._dtype_arg is not None:
             config["dtype"] = keras.dtype_policies.serialize(
-                keras.dtype_policies.get(self._dtype_arg))
+                keras.dtype_policies.get(self._dtype_arg)
+            )
         return config
 
     @classmethod
@@ -315,7 +394,8 @@ class VisionTransformer(keras.Model):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         if isinstance(config.get("classifier_activation"), dict):
             config["classifier_activation"] = keras.activations.deserialize(
-                config["classifier_activation"])
+                config["classifier_activation"]
+            )
         for key in ("image_size", "patch_size"):
             if isinstance(config.get(key), list):
                 config[key] = tuple(config[key])
@@ -327,15 +407,21 @@ def _input_arguments(image_size, channels, input_shape, input_tensor):
     (None where none of them says)."""
     if input_tensor is not None:
         if not keras.backend.is_keras_tensor(input_tensor):
-            raise ValueError("input_tensor must be a Keras tensor (keras.Input or a layer's "
-                             f"output), got {type(input_tensor).__name__}.")
+            raise ValueError(
+                "input_tensor must be a Keras tensor (keras.Input or a layer's "
+                f"output), got {type(input_tensor).__name__}."
+            )
         if len(input_tensor.shape) != 4:
-            raise ValueError("input_tensor must be images (batch, height, width, channels), "
-                             f"got shape {tuple(input_tensor.shape)}.")
+            raise ValueError(
+                "input_tensor must be images (batch, height, width, channels), "
+                f"got shape {tuple(input_tensor.shape)}."
+            )
         tensor_shape = tuple(input_tensor.shape[1:])
         if input_shape is not None and tuple(input_shape) != tensor_shape:
-            raise ValueError(f"input_shape={tuple(input_shape)} disagrees with the shape "
-                             f"{tensor_shape} of input_tensor.")
+            raise ValueError(
+                f"input_shape={tuple(input_shape)} disagrees with the shape "
+                f"{tensor_shape} of input_tensor."
+            )
         input_shape = tensor_shape
     if input_shape is None:
         return {"image_size": image_size, "channels": channels}
@@ -344,15 +430,19 @@ def _input_arguments(image_size, channels, input_shape, input_tensor):
         raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}.")
     height, width, depth = input_shape
     if height is None or width is None:
-        raise ValueError(f"input_shape={input_shape}: a ViT needs a fixed height and width "
-                         "(multiples of the patch size): its position embeddings fix the "
-                         "resolution.")
+        raise ValueError(
+            f"input_shape={input_shape}: a ViT needs a fixed height and width "
+            "(multiples of the patch size): its position embeddings fix the "
+            "resolution."
+        )
     if depth is None or int(depth) < 1:
         raise ValueError(f"input_shape={input_shape}: the number of channels must be given.")
     size = (int(height), int(width))
     if image_size is not None and to_pair(image_size, "image_size") != size:
-        raise ValueError(f"image_size={image_size!r} disagrees with input_shape="
-                         f"{input_shape} (height, width {size}).")
+        raise ValueError(
+            f"image_size={image_size!r} disagrees with input_shape="
+            f"{input_shape} (height, width {size})."
+        )
     if channels is not None and int(channels) != int(depth):
         raise ValueError(f"channels={channels!r} disagrees with input_shape={input_shape}.")
     return {"image_size": size, "channels": int(depth)}
@@ -361,8 +451,10 @@ def _input_arguments(image_size, channels, input_shape, input_tensor):
 def _alias(name, value, alias, alias_value):
     """`value`, or `alias_value` where only that is given; both: they must agree."""
     if value is not None and alias_value is not None and int(value) != int(alias_value):
-        raise ValueError(f"{name}={value!r} and {alias}={alias_value!r} disagree "
-                         f"({alias} is an alias of {name}).")
+        raise ValueError(
+            f"{name}={value!r} and {alias}={alias_value!r} disagree "
+            f"({alias} is an alias of {name})."
+        )
     return value if value is not None else alias_value
 
 
@@ -383,8 +475,10 @@ def _defaults(arguments):
     if pooling is not NOT_GIVEN and pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS} (or not given), got {pooling!r}.")
     if pooling == "token" and a["classifier"] != "token" and not a["include_top"]:
-        raise ValueError("pooling='token': this model has no class token (classifier="
-                         f"{a['classifier']!r}); use 'avg', 'max' or None.")
+        raise ValueError(
+            "pooling='token': this model has no class token (classifier="
+            f"{a['classifier']!r}); use 'avg', 'max' or None."
+        )
     if a["classifier_activation"] is not None:
         keras.activations.get(a["classifier_activation"])  # unknown names raise here
     return a
@@ -398,8 +492,9 @@ def _pooled(tokens, pooling, classifier, grid_size, hidden_size, dtype):
     if classifier == "token":  # the class token is not a patch
         patches = keras.layers.Cropping1D((1, 0), name="patch_tokens", dtype=dtype)(tokens)
     if pooling is None:
-        return keras.layers.Reshape((*grid_size, hidden_size), name="feature_map",
-                                    dtype=dtype)(patches)
+        return keras.layers.Reshape((*grid_size, hidden_size), name="feature_map", dtype=dtype)(
+            patches
+        )
     if pooling == "avg":
         return vit_layers.TokenPooling("gap", name="pool", dtype=dtype)(patches)
     return keras.layers.GlobalMaxPooling1D(name="pool", dtype=dtype)(patches)
@@ -418,12 +513,12 @@ def _hybrid_grid_size(patch_embedding, image_size, feature_size):
         raise ValueError(
             f"image size {image_size[0]}x{image_size[1]} gives a ResNet feature map of "
             f"{feature_size[0]}x{feature_size[1]}, not a multiple of the patch size "
-            f"{ph}x{pw}.")
+            f"{ph}x{pw}."
+        )
     return feature_size[0] // ph, feature_size[1] // pw
 
 
 def _float32_outputs(dtype):
     """The head's policy: `dtype`, but computing in float32 where `dtype` is mixed."""
-    policy = keras.dtype_policies.get(dtype) if dtype is not None else \
-        keras.config.dtype_policy()
+    policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
     return "float32" if policy.compute_dtype != "float32" else dtype

@@ -13,4 +13,5 @@ def rng():
 
 def pytest_configure(config):
     import keras
+
     keras.utils.set_random_seed(0)

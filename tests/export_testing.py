@@ -18,29 +18,51 @@ from deploy import datasets, sources
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE_SIZE = 28
 NUM_CLASSES = 10
-CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
-               "Sneaker", "Bag", "Ankle boot"]
+CLASS_NAMES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
 
 
 @functools.lru_cache(maxsize=None)
 def _trained_weights(seed, steps, batch_size):
     keras.utils.set_random_seed(seed)
     model = _architecture()
-    images, labels = (datasets.read_idx(os.path.join(datasets.FASHION_MNIST_DIR, name))
-                      [:steps * batch_size] for name in ("train-images-idx3-ubyte.gz",
-                                                         "train-labels-idx1-ubyte.gz"))
+    images, labels = (
+        datasets.read_idx(os.path.join(datasets.FASHION_MNIST_DIR, name))[: steps * batch_size]
+        for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")
+    )
     pixels = np.repeat(images[..., None], 3, axis=-1).astype(np.float32) / 127.5 - 1.0
-    model.compile(optimizer=keras.optimizers.Adam(3e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(pixels, labels.astype(np.int64), batch_size=batch_size, epochs=1,
-              shuffle=False, verbose=0)
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(
+        pixels, labels.astype(np.int64), batch_size=batch_size, epochs=1, shuffle=False, verbose=0
+    )
     return [np.asarray(w) for w in model.get_weights()]
 
 
 def _architecture():
     return keras_vit.VisionTransformer(
-        image_size=IMAGE_SIZE, patch_size=7, hidden_size=64, mlp_dim=128, num_heads=2,
-        num_layers=2, num_classes=NUM_CLASSES, classifier="gap", name="tiny_vit")
+        image_size=IMAGE_SIZE,
+        patch_size=7,
+        hidden_size=64,
+        mlp_dim=128,
+        num_heads=2,
+        num_layers=2,
+        num_classes=NUM_CLASSES,
+        classifier="gap",
+        name="tiny_vit",
+    )
 
 
 def tiny_classifier(seed=0, steps=150, batch_size=128):
@@ -75,10 +97,14 @@ def keras_probabilities(model, pixels):
 
 def example(encoded, labels):
     """A serialized tf.train.Example in tools/make_tfrecords.py's format."""
-    return tf.train.Example(features=tf.train.Features(feature={
-        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
-        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
-    })).SerializeToString()
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
+            }
+        )
+    ).SerializeToString()
 
 
 def write_tfrecord(path, images, labels):
@@ -95,8 +121,9 @@ def run_tool(args, **kwargs):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}
     if args[0].endswith(".py"):
         args = [sys.executable, os.path.join(ROOT, args[0]), *args[1:]]
-    return subprocess.run(args, capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=300, **kwargs)
+    return subprocess.run(
+        args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, **kwargs
+    )
 
 
 def venv_tool(name):

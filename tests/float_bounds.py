@@ -30,10 +30,9 @@ Constants are fixed here once, with this reasoning; a test never scales them.
 import math
 
 import numpy as np
-
 import numpy_resnet as ref
 
-U = 2.0 ** -24  # float32 unit roundoff (round to nearest)
+U = 2.0**-24  # float32 unit roundoff (round to nearest)
 LAMBDA = 8.0  # Higham & Mary's lambda: failure probability <= 2n exp(-32) per element
 
 
@@ -58,10 +57,12 @@ def assert_within(actual, expected, bound, what=""):
     worst = np.unravel_index(np.argmax(excess), excess.shape)
     assert excess[worst] <= 0, (
         f"{what}: |float32 - float64| = {abs(actual[worst] - expected[worst]):.3g} at "
-        f"{worst} exceeds the derived bound {bound[worst]:.3g} (value {expected[worst]:.4g})")
+        f"{worst} exceeds the derived bound {bound[worst]:.3g} (value {expected[worst]:.4g})"
+    )
 
 
 # --- the hybrids' ResNet (numpy_resnet), value and bound side by side ---------------
+
 
 def standardized_kernel_bound(w):
     """Per-element error bound of the float32 weight standardisation of the exact
@@ -70,16 +71,16 @@ def standardized_kernel_bound(w):
     w = np.asarray(w, np.float64)
     m = int(np.prod(w.shape[:3]))
     mean = w.mean(axis=(0, 1, 2))
-    e_mean = U * (g(m) + 1) * np.abs(w).mean(axis=(0, 1, 2))        # sum, then / m
+    e_mean = U * (g(m) + 1) * np.abs(w).mean(axis=(0, 1, 2))  # sum, then / m
     c = w - mean
-    e_c = e_mean + U * np.abs(c)                                        # subtraction
-    var = (c ** 2).mean(axis=(0, 1, 2))
+    e_c = e_mean + U * np.abs(c)  # subtraction
+    var = (c**2).mean(axis=(0, 1, 2))
     e_var = U * (g(m) + 2) * var + 2 * (np.abs(c) * e_c).mean(axis=(0, 1, 2))
     std = np.sqrt(var)
     denom = std + ref.STD_EPS
-    rel_denom = (std * (e_var / (2 * var) + U)) / denom + U            # sqrt, + eps
+    rel_denom = (std * (e_var / (2 * var) + U)) / denom + U  # sqrt, + eps
     standardized = c / denom
-    return standardized, (e_c + np.abs(c) * (rel_denom + U)) / denom   # division
+    return standardized, (e_c + np.abs(c) * (rel_denom + U)) / denom  # division
 
 
 def std_conv(x, e_x, w, stride=1):
@@ -88,8 +89,11 @@ def std_conv(x, e_x, w, stride=1):
     n = int(np.prod(w.shape[:3]))
     value = ref.conv_same(x, ws, stride)
     abs_terms = ref.conv_same(np.abs(x), np.abs(ws), stride)
-    bound = (sum_bound(abs_terms, n) + ref.conv_same(np.abs(x), e_w, stride)
-             + ref.conv_same(e_x, np.abs(ws) + e_w, stride))
+    bound = (
+        sum_bound(abs_terms, n)
+        + ref.conv_same(np.abs(x), e_w, stride)
+        + ref.conv_same(e_x, np.abs(ws) + e_w, stride)
+    )
     return value, bound
 
 
@@ -107,11 +111,15 @@ def group_norm(x, e_x, scale, bias, groups=ref.GROUPS, eps=ref.GN_EPS):
     gx, ge = grouped(x), grouped(e_x)
     mean = gx.mean(axis=axes, keepdims=True)
     e_mean = ge.mean(axis=axes, keepdims=True) + U * (g(m) + 1) * np.abs(gx).mean(
-        axis=axes, keepdims=True)
-    sq = (gx ** 2).mean(axis=axes, keepdims=True)
+        axis=axes, keepdims=True
+    )
+    sq = (gx**2).mean(axis=axes, keepdims=True)
     var = ((gx - mean) ** 2).mean(axis=axes, keepdims=True)
-    e_var = (U * (g(m) + 3) * (sq + mean ** 2) + 2 * (np.abs(gx) * ge).mean(
-        axis=axes, keepdims=True) + 2 * np.abs(mean) * e_mean)
+    e_var = (
+        U * (g(m) + 3) * (sq + mean**2)
+        + 2 * (np.abs(gx) * ge).mean(axis=axes, keepdims=True)
+        + 2 * np.abs(mean) * e_mean
+    )
     r = 1.0 / np.sqrt(var + eps)
     # + eps (u), then 1/sqrt: correctly rounded sqrt and division cost 2u; a vectorised
     # rsqrt approximation refined by Newton's step is within 2 ulp = 4u; take 5u.
@@ -119,9 +127,11 @@ def group_norm(x, e_x, scale, bias, groups=ref.GROUPS, eps=ref.GN_EPS):
     gamma = np.abs(grouped(np.broadcast_to(np.reshape(scale, -1), (b, h, w, c))))
     beta = np.abs(grouped(np.broadcast_to(np.reshape(bias, -1), (b, h, w, c))))
     value = ref.group_norm(x, scale, bias, groups, eps)
-    bound = (gamma * r * (ge + e_mean)
-             + gamma * r * (np.abs(gx) + np.abs(mean)) * (rel_r + 3 * U)
-             + U * (beta + np.abs(grouped(value))))
+    bound = (
+        gamma * r * (ge + e_mean)
+        + gamma * r * (np.abs(gx) + np.abs(mean)) * (rel_r + 3 * U)
+        + U * (beta + np.abs(grouped(value)))
+    )
     return value, bound.reshape(b, h, w, c)
 
 
@@ -131,12 +141,15 @@ def relu(x, e_x):
 
 def max_pool(x, e_x, size=3, stride=2):
     """Max pooling is 1-Lipschitz in the max norm of its window."""
-    return (ref.max_pool_same(x, size, stride),
-            ref._windows(e_x, size, size, stride, 0.0).max(axis=(3, 4)))  # pylint: disable=protected-access
+    return (
+        ref.max_pool_same(x, size, stride),
+        ref._windows(e_x, size, size, stride, 0.0).max(axis=(3, 4)),
+    )
 
 
 def unit(x, e_x, p, prefix, features, stride):
     """numpy_resnet.unit with its bound."""
+
     def conv_gn(inputs, e_in, name, gn, s=1):
         y, e_y = std_conv(inputs, e_in, p[f"{prefix}/{name}/kernel"], s)
         return group_norm(y, e_y, p[f"{prefix}/{gn}/scale"], p[f"{prefix}/{gn}/bias"])

@@ -23,8 +23,12 @@ def same_padding(size, kernel, stride):
 
 def _windows(x, kh, kw, stride, pad_value):
     """Padded sliding windows: (B, out_h, out_w, kh, kw, C)."""
-    pads = [(0, 0), same_padding(x.shape[1], kh, stride), same_padding(x.shape[2], kw, stride),
-            (0, 0)]
+    pads = [
+        (0, 0),
+        same_padding(x.shape[1], kh, stride),
+        same_padding(x.shape[2], kw, stride),
+        (0, 0),
+    ]
     x = np.pad(x, pads, constant_values=pad_value)
     win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(1, 2))
     win = win[:, ::stride, ::stride]  # (B, oh, ow, C, kh, kw)
@@ -42,8 +46,7 @@ def conv_same(x, w, stride=1):
     kh, kw, cin, cout = w.shape
     win = _windows(x, kh, kw, stride, 0.0)
     b, oh, ow = win.shape[:3]
-    return (win.reshape(b * oh * ow, kh * kw * cin) @ w.reshape(-1, cout)).reshape(
-        b, oh, ow, cout)
+    return (win.reshape(b * oh * ow, kh * kw * cin) @ w.reshape(-1, cout)).reshape(b, oh, ow, cout)
 
 
 def std_conv(x, w, stride=1):
@@ -71,6 +74,7 @@ def relu(x):
 
 def unit(x, p, prefix, features, stride):
     """One bottleneck unit ('ResidualUnit'); prefix like 'block1/unit1'."""
+
     def conv_gn(inputs, name, gn, s=1):
         y = std_conv(inputs, p[f"{prefix}/{name}/kernel"], s)
         return group_norm(y, p[f"{prefix}/{gn}/scale"], p[f"{prefix}/{gn}/bias"])
@@ -100,7 +104,7 @@ def resnet_forward(params, images, num_layers, width=64, return_stages=False):
     for s, units in enumerate(num_layers):
         for u in range(units):
             stride = 2 if (s > 0 and u == 0) else 1
-            x = unit(x, p, f"block{s + 1}/unit{u + 1}", width * 2 ** s, stride)
+            x = unit(x, p, f"block{s + 1}/unit{u + 1}", width * 2**s, stride)
         stages.append(x)
     return stages if return_stages else x
 
@@ -114,7 +118,8 @@ def random_resnet_params(num_layers, width=64, in_channels=3, old_gn=False, seed
 
     def conv(name, k, cin, cout):
         p[f"{name}/kernel"] = (rng.standard_normal((k, k, cin, cout)) * 0.5 + 0.1).astype(
-            np.float32)
+            np.float32
+        )
 
     def gn(name, c):
         shape = (1, 1, 1, c) if old_gn else (c,)
@@ -125,7 +130,7 @@ def random_resnet_params(num_layers, width=64, in_channels=3, old_gn=False, seed
     gn("gn_root", width)
     cin = width
     for s, units in enumerate(num_layers):
-        features = width * 2 ** s
+        features = width * 2**s
         for u in range(units):
             prefix = f"block{s + 1}/unit{u + 1}"
             stride = 2 if (s > 0 and u == 0) else 1
@@ -146,7 +151,6 @@ def output_channels(num_layers, width=64):
     return width if not num_layers else 4 * width * 2 ** (len(num_layers) - 1)
 
 
-
 def hybrid_forward(params, images, *, num_layers, width=64, vit_layers, **vit_kwargs):
     """Logits of a hybrid: this ResNet, then `numpy_vit.vit_forward` on its
     feature map (the patch embedding cuts the feature map into patches)."""
@@ -162,6 +166,7 @@ def random_hybrid_params(*, resnet, width=64, old_gn=False, seed=0, **vit_kwargs
     from numpy_vit import random_params
 
     params = random_resnet_params(resnet, width, old_gn=old_gn, seed=seed)
-    params.update(random_params(channels=output_channels(resnet, width), seed=seed + 1,
-                                **vit_kwargs))
+    params.update(
+        random_params(channels=output_channels(resnet, width), seed=seed + 1, **vit_kwargs)
+    )
     return params

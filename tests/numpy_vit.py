@@ -19,7 +19,7 @@ def layer_norm(x, scale, bias, eps=LN_EPS):
 
 
 def gelu_tanh(x):
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
 def softmax(x):
@@ -39,8 +39,11 @@ def patch_embed(images, kernel, bias):
 
 def attention(x, p, prefix, return_weights=False):
     """Multi-head self-attention with (D, heads, head_dim) kernels."""
+
     def proj(name):
-        return np.einsum("btd,dhk->bthk", x, p[f"{prefix}/{name}/kernel"]) + p[f"{prefix}/{name}/bias"]
+        return (
+            np.einsum("btd,dhk->bthk", x, p[f"{prefix}/{name}/kernel"]) + p[f"{prefix}/{name}/bias"]
+        )
 
     q, k, v = proj("query"), proj("key"), proj("value")
     depth = q.shape[-1]
@@ -64,6 +67,7 @@ def encoder_block(x, p, i):
 def linear_resize_corner_aligned(grid, new_rows, new_cols):
     """Separable linear interpolation where output index o samples input
     coordinate o * (n_in - 1) / (n_out - 1) (corner-aligned)."""
+
     def along(a, n_out, axis):
         n_in = a.shape[axis]
         if n_out == n_in:
@@ -118,8 +122,20 @@ def vit_forward(params, images, *, num_layers, classifier="token", include_head=
     return x
 
 
-def random_params(*, patch, hidden, mlp, heads, layers, grid, num_classes,
-                  classifier="token", representation_size=None, channels=3, seed=0):
+def random_params(
+    *,
+    patch,
+    hidden,
+    mlp,
+    heads,
+    layers,
+    grid,
+    num_classes,
+    classifier="token",
+    representation_size=None,
+    channels=3,
+    seed=0,
+):
     """Random parameters under the published (pre-Linen) checkpoint names, at
     scales like a trained model's, so that every term of the forward pass matters."""
     rng = np.random.default_rng(seed)
@@ -129,10 +145,13 @@ def random_params(*, patch, hidden, mlp, heads, layers, grid, num_classes,
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
     p = {
-        "embedding/kernel": normal(patch, patch, channels, hidden, scale=1 / math.sqrt(patch * patch * channels)),
+        "embedding/kernel": normal(
+            patch, patch, channels, hidden, scale=1 / math.sqrt(patch * patch * channels)
+        ),
         "embedding/bias": normal(hidden, scale=0.1),
         "Transformer/posembed_input/pos_embedding": normal(
-            1, grid[0] * grid[1] + (classifier == "token"), hidden, scale=0.3),
+            1, grid[0] * grid[1] + (classifier == "token"), hidden, scale=0.3
+        ),
         "Transformer/encoder_norm/scale": 1 + normal(hidden, scale=0.2),
         "Transformer/encoder_norm/bias": normal(hidden, scale=0.1),
     }
@@ -163,8 +182,11 @@ def random_params(*, patch, hidden, mlp, heads, layers, grid, num_classes,
     return p
 
 
-LINEN_NAMES = {"MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0",
-               "LayerNorm_2": "LayerNorm_1", "MlpBlock_3": "MlpBlock_0"}
+LINEN_NAMES = {
+    "MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0",
+    "LayerNorm_2": "LayerNorm_1",
+    "MlpBlock_3": "MlpBlock_0",
+}
 
 
 def to_linen_names(params, prefix=""):

@@ -7,12 +7,12 @@ backend; `KERAS_BACKEND=jax pytest tests/test_applications_args.py` for JAX."""
 import keras
 import numpy as np
 import pytest
+from numpy_resnet import random_hybrid_params
+from numpy_vit import random_params, vit_forward
 
 import keras_vit
 from keras_vit.checkpoint import CheckpointError
 from keras_vit.checkpoint.loader import adapt_input_channels
-from numpy_resnet import random_hybrid_params
-from numpy_vit import random_params, vit_forward
 
 SMALL = dict(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2)
 SMALL_NP = dict(patch=8, hidden=16, mlp=32, heads=2, layers=2)
@@ -46,6 +46,7 @@ def _encoder_tokens(model, x):
 
 
 # -- input_shape -------------------------------------------------------------------
+
 
 def test_notop_custom_input_shape():
     model = small(include_top=False, input_shape=(40, 24, 3))
@@ -93,6 +94,7 @@ def test_hybrid_stem_takes_the_channels():
 
 # -- input_tensor ------------------------------------------------------------------
 
+
 def test_input_tensor_is_the_model_input(rng):
     images = keras.Input((32, 24, 3))
     model = small(input_tensor=images)
@@ -116,8 +118,11 @@ def test_input_tensor_is_the_model_input(rng):
 
 # -- pooling -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("pooling,shape", [(None, (None, 4, 4, 16)), ("token", (None, 16)),
-                                           ("avg", (None, 16)), ("max", (None, 16))])
+
+@pytest.mark.parametrize(
+    "pooling,shape",
+    [(None, (None, 4, 4, 16)), ("token", (None, 16)), ("avg", (None, 16)), ("max", (None, 16))],
+)
 def test_pooling_shapes(pooling, shape):
     model = small(include_top=False, pooling=pooling, representation_size=8)
     assert model.output.shape == shape
@@ -130,18 +135,28 @@ def test_pooling_values(rng):
     x = _images(rng, 2, 32, 32)
     base = _randomise(small(include_top=False, representation_size=8), rng)
     tokens = _encoder_tokens(base, x)  # (2, 17, 16), after the final LayerNorm
-    expected = {None: tokens[:, 1:].reshape(2, 4, 4, 16), "token": tokens[:, 0],
-                "avg": tokens[:, 1:].mean(axis=1), "max": tokens[:, 1:].max(axis=1)}
+    expected = {
+        None: tokens[:, 1:].reshape(2, 4, 4, 16),
+        "token": tokens[:, 0],
+        "avg": tokens[:, 1:].mean(axis=1),
+        "max": tokens[:, 1:].max(axis=1),
+    }
     for pooling, value in expected.items():
         model = small(include_top=False, pooling=pooling, representation_size=8)
-        model.set_weights([w for w, v in zip(base.get_weights(), base.weights)
-                           if not v.path.startswith("pre_logits")])
+        model.set_weights(
+            [
+                w
+                for w, v in zip(base.get_weights(), base.weights)
+                if not v.path.startswith("pre_logits")
+            ]
+        )
         np.testing.assert_allclose(_run(model, x), value, atol=1e-5, err_msg=str(pooling))
     # Not given: today's output, the representation through pre_logits.
     assert base.output.shape == (None, 8)
     pre = base.get_layer("pre_logits")
     np.testing.assert_allclose(
-        _run(base, x), keras.ops.convert_to_numpy(pre(tokens[:, 0])), atol=1e-5)
+        _run(base, x), keras.ops.convert_to_numpy(pre(tokens[:, 0])), atol=1e-5
+    )
 
 
 def test_gap_model_avg_is_its_own_pooling(rng):
@@ -150,8 +165,7 @@ def test_gap_model_avg_is_its_own_pooling(rng):
     avg = small(classifier="gap", include_top=False, pooling="avg")
     avg.set_weights(gap.get_weights())
     np.testing.assert_allclose(_run(avg, x), _run(gap, x), atol=1e-6)
-    assert small(classifier="gap", include_top=False, pooling=None).output.shape == \
-        (None, 4, 4, 16)
+    assert small(classifier="gap", include_top=False, pooling=None).output.shape == (None, 4, 4, 16)
     with pytest.raises(ValueError, match="pooling='token': this model has no class token"):
         small(classifier="gap", include_top=False, pooling="token")
     with pytest.raises(ValueError, match="pooling must be one of"):
@@ -160,13 +174,15 @@ def test_gap_model_avg_is_its_own_pooling(rng):
 
 # -- classifier_activation, classes ------------------------------------------------
 
+
 def test_classifier_activation(rng):
     model = _randomise(small(classifier_activation="softmax"), rng)
     assert model.layers[-1].activation.__name__ == "softmax"
     x = _images(rng, 3, 32, 32)
     probs = _run(model, x)
     logits = keras.ops.convert_to_numpy(
-        keras.Model(model.inputs[0], model.get_layer("head").output)(x))
+        keras.Model(model.inputs[0], model.get_layer("head").output)(x)
+    )
     expected = np.exp(logits - logits.max(-1, keepdims=True))
     np.testing.assert_allclose(probs, expected / expected.sum(-1, keepdims=True), atol=1e-6)
     assert small().layers[-1].name == "head"  # None: logits
@@ -187,6 +203,7 @@ def test_classes_is_an_alias_of_num_classes():
 
 
 # -- unknown arguments -------------------------------------------------------------
+
 
 def test_unknown_keyword_arguments_are_type_errors():
     with pytest.raises(TypeError, match="'no_such_argument'"):
@@ -234,6 +251,7 @@ def test_serialise_deserialise(tmp_path, rng, case):
 
 # -- RGB weights into other channel counts -----------------------------------------
 
+
 @pytest.fixture
 def rgb_ckpt(tmp_path):
     params = random_params(**SMALL_NP, grid=(4, 4), num_classes=3, seed=4)
@@ -247,13 +265,16 @@ def test_grey_model_from_rgb_weights_matches_repeated_grey(rgb_ckpt, rng, caplog
     rgb = keras_vit.VisionTransformer(**SMALL, weights=path)
     with caplog.at_level("INFO", logger="keras_vit"):
         grey = keras_vit.VisionTransformer(**SMALL, weights=path, input_shape=(32, 32, 1))
-    assert "'embedding/kernel' of " in caplog.text and "adapted to 1 input channels " \
-        "(summed over RGB)" in caplog.text
+    assert (
+        "'embedding/kernel' of " in caplog.text
+        and "adapted to 1 input channels (summed over RGB)" in caplog.text
+    )
     assert grey.channels == 1 and grey.num_classes == 3  # other defaults still follow
     x = _images(rng, 2, 32, 32, 1)
     np.testing.assert_allclose(_run(grey, x), _run(rgb, np.repeat(x, 3, axis=-1)), atol=1e-5)
-    np.testing.assert_allclose(_run(grey, x), vit_forward(params, np.repeat(x, 3, -1),
-                                                          num_layers=2), atol=1e-5)
+    np.testing.assert_allclose(
+        _run(grey, x), vit_forward(params, np.repeat(x, 3, -1), num_layers=2), atol=1e-5
+    )
 
 
 def test_rgb_weights_into_four_channels(rgb_ckpt, caplog):
@@ -263,10 +284,12 @@ def test_rgb_weights_into_four_channels(rgb_ckpt, caplog):
     assert "adapted to 4 input channels (repeated and scaled by 3/4)" in caplog.text
     kernel = params["embedding/kernel"]
     expected = np.concatenate([kernel, kernel[:, :, :1]], axis=2) * 0.75
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(model.get_layer("embedding").kernel),
-                               expected, rtol=1e-6)
-    np.testing.assert_allclose(adapt_input_channels(kernel, 6),
-                               np.concatenate([kernel, kernel], axis=2) * 0.5, rtol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model.get_layer("embedding").kernel), expected, rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        adapt_input_channels(kernel, 6), np.concatenate([kernel, kernel], axis=2) * 0.5, rtol=1e-6
+    )
 
 
 def test_other_channel_checkpoints_are_refused(tmp_path):
@@ -275,8 +298,11 @@ def test_other_channel_checkpoints_are_refused(tmp_path):
     np.savez(path, **params)
     # Not given, the channels follow the checkpoint; another count is refused.
     assert keras_vit.VisionTransformer(**SMALL, weights=str(path)).channels == 2
-    with pytest.raises(CheckpointError, match=r"first mismatched key 'embedding/kernel': "
-                       r"checkpoint shape \(8, 8, 2, 16\) vs model shape \(8, 8, 4, 16\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"first mismatched key 'embedding/kernel': "
+        r"checkpoint shape \(8, 8, 2, 16\) vs model shape \(8, 8, 4, 16\)",
+    ):
         keras_vit.VisionTransformer(**SMALL, weights=str(path), input_shape=(32, 32, 4))
 
 
@@ -288,15 +314,25 @@ def test_channels_follow_a_keras_file(tmp_path):
 
 
 def test_hybrid_stem_from_rgb_weights(tmp_path, caplog):
-    params = random_hybrid_params(resnet=(), patch=2, hidden=16, mlp=32, heads=2, layers=1,
-                                  grid=(2, 2), num_classes=3, seed=6)
+    params = random_hybrid_params(
+        resnet=(), patch=2, hidden=16, mlp=32, heads=2, layers=1, grid=(2, 2), num_classes=3, seed=6
+    )
     path = tmp_path / "hybrid.npz"
     np.savez(path, **params)
     with caplog.at_level("INFO", logger="keras_vit"):
-        model = keras_vit.VisionTransformer(resnet=(), patch_size=2, hidden_size=16, mlp_dim=32,
-                                            num_heads=2, num_layers=1, weights=str(path),
-                                            input_shape=(16, 16, 1))
+        model = keras_vit.VisionTransformer(
+            resnet=(),
+            patch_size=2,
+            hidden_size=16,
+            mlp_dim=32,
+            num_heads=2,
+            num_layers=1,
+            weights=str(path),
+            input_shape=(16, 16, 1),
+        )
     assert "'conv_root/kernel'" in caplog.text
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(model.get_layer("root").conv_root.kernel),
-        params["conv_root/kernel"].sum(axis=2, keepdims=True), rtol=1e-6)
+        params["conv_root/kernel"].sum(axis=2, keepdims=True),
+        rtol=1e-6,
+    )

@@ -7,10 +7,10 @@ import zipfile
 import keras
 import numpy as np
 import pytest
+from numpy_vit import random_params, vit_forward
 
 import keras_vit
 from keras_vit.checkpoint import CheckpointError, registry
-from numpy_vit import random_params, vit_forward
 
 SMALL = dict(patch=8, hidden=16, mlp=32, heads=2, layers=2)
 SMALL_KW = dict(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2)
@@ -63,7 +63,7 @@ def test_corrupt_member(tmp_path, ckpt):
             out.writestr(info.filename, src.read(info.filename))
     raw = bytearray(path.read_bytes())
     middle = len(raw) // 2
-    raw[middle:middle + 64] = bytes(64)
+    raw[middle : middle + 64] = bytes(64)
     path.write_bytes(bytes(raw))
     with pytest.raises(CheckpointError, match="corrupt.npz is truncated or corrupt"):
         build(weights=str(path))
@@ -88,8 +88,10 @@ def test_other_architecture_names_first_mismatched_key(ckpt):
         build(hidden_size=32, weights=ckpt[0])
     message = str(info.value)
     assert "small.npz" in message
-    assert "first mismatched key 'embedding/kernel': checkpoint shape (8, 8, 3, 16) " \
-           "vs model shape (8, 8, 3, 32)" in message
+    assert (
+        "first mismatched key 'embedding/kernel': checkpoint shape (8, 8, 3, 16) "
+        "vs model shape (8, 8, 3, 32)" in message
+    )
 
 
 def test_missing_and_unexpected_keys_are_listed(tmp_path, ckpt):
@@ -150,8 +152,9 @@ def test_keras_file_as_weights_with_new_resolution(tmp_path, ckpt, rng):
     model.save(path)
     bigger = build(image_size=48, weights=path)
     x = rng.uniform(-1, 1, (2, 48, 48, 3)).astype("float32")
-    np.testing.assert_allclose(bigger.predict(x, verbose=0),
-                               vit_forward(ckpt[1], x, num_layers=2), atol=1e-5)
+    np.testing.assert_allclose(
+        bigger.predict(x, verbose=0), vit_forward(ckpt[1], x, num_layers=2), atol=1e-5
+    )
 
 
 def test_weights_h5(tmp_path, ckpt, rng):
@@ -178,15 +181,18 @@ def test_run_directory_and_weights_h5_with_config(tmp_path, ckpt, rng):
         features = build(image_size=48, include_top=False, weights=str(weights))
         np.testing.assert_allclose(
             features.predict(x, verbose=0),
-            vit_forward(ckpt[1], x, num_layers=2, include_head=False), atol=1e-5)
+            vit_forward(ckpt[1], x, num_layers=2, include_head=False),
+            atol=1e-5,
+        )
     assert not np.any(build(num_classes=7, weights=str(run)).predict(x[:, :32, :32], verbose=0))
 
 
 def test_registry_name_downloads_through_keras_cache(tmp_path, monkeypatch, rng):
     """The real download path, served from Keras' cache (no network here)."""
     monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "keras_home"))
-    entry = registry.Entry(url=f"{registry.BASE_URL}/imagenet21k%2Bimagenet2012/Tiny.npz",
-                           image_size=32, num_classes=3)
+    entry = registry.Entry(
+        url=f"{registry.BASE_URL}/imagenet21k%2Bimagenet2012/Tiny.npz", image_size=32, num_classes=3
+    )
     monkeypatch.setitem(registry.REGISTRY, ("Tiny", "imagenet21k+imagenet2012"), entry)
     params = random_params(**SMALL, grid=(4, 4), num_classes=3, seed=5)
     cache = tmp_path / "keras_home" / "keras_vit" / "imagenet21k+imagenet2012"
@@ -199,7 +205,7 @@ def test_registry_name_downloads_through_keras_cache(tmp_path, monkeypatch, rng)
 
 
 def test_registry_entries_are_well_formed():
-    for (variant, name), entry in registry.REGISTRY.items():
+    for (variant, _name), entry in registry.REGISTRY.items():
         assert variant in keras_vit.VARIANTS or "R" in variant, variant
         assert entry.url.startswith("https://storage.googleapis.com/vit_models/")
         assert entry.url.endswith(".npz")
@@ -219,9 +225,17 @@ def test_loader_and_model_import_without_a_cycle():
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(keras_vit.__file__)))
     proc = subprocess.run(
-        [sys.executable, "-c", "import keras_vit.checkpoint.loader as l; "
-         "import keras_vit.vision_transformer as v; print(l.__name__, v.__name__)"],
-        capture_output=True, text=True, timeout=300, cwd=root)
+        [
+            sys.executable,
+            "-c",
+            "import keras_vit.checkpoint.loader as l; "
+            "import keras_vit.vision_transformer as v; print(l.__name__, v.__name__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     def imported(path):

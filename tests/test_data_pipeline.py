@@ -1,6 +1,5 @@
 """The tf.data pipeline: deterministic (resume = skip), exact global batches across
 pipelines, corrupt shards skipped and counted, clear errors for bad data dirs."""
-import os
 
 import numpy as np
 import pytest
@@ -14,70 +13,79 @@ KW = dict(image_size=28, seed=3, num_classes=4, augment="inception_crop", shuffl
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-  d = tmp_path_factory.mktemp("data")
-  testing.make_tiny_data(str(d), n_train=96, n_test=40, per_shard=32)
-  return str(d)
+    d = tmp_path_factory.mktemp("data")
+    testing.make_tiny_data(str(d), n_train=96, n_test=40, per_shard=32)
+    return str(d)
 
 
 def test_stream_is_deterministic_and_resumable(data):
-  full = testing.take(ip.train_dataset(data, batch_size=8, **KW), 30)  # > 2 epochs
-  again = testing.take(ip.train_dataset(data, batch_size=8, **KW), 30)
-  resumed = testing.take(ip.train_dataset(data, batch_size=8, start_step=17, **KW), 13)
-  for (a, b), (c, d) in zip(full, again):
-    np.testing.assert_array_equal(a, c)
-    np.testing.assert_array_equal(b, d)
-  for (a, b), (c, d) in zip(full[17:], resumed):
-    np.testing.assert_array_equal(a, c)
-    np.testing.assert_array_equal(b, d)
-  x, _ = full[0]
-  assert x.shape == (8, 28, 28, 3) and x.dtype == np.float32
-  assert -1.0 <= x.min() and x.max() <= 1.0
-  # epochs are reshuffled: epoch 0 and epoch 1 differ in order
-  assert not np.array_equal(full[0][1], full[12][1]) or not np.array_equal(full[0][0], full[12][0])
+    full = testing.take(ip.train_dataset(data, batch_size=8, **KW), 30)  # > 2 epochs
+    again = testing.take(ip.train_dataset(data, batch_size=8, **KW), 30)
+    resumed = testing.take(ip.train_dataset(data, batch_size=8, start_step=17, **KW), 13)
+    for (a, b), (c, d) in zip(full, again):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    for (a, b), (c, d) in zip(full[17:], resumed):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    x, _ = full[0]
+    assert x.shape == (8, 28, 28, 3) and x.dtype == np.float32
+    assert -1.0 <= x.min() and x.max() <= 1.0
+    # epochs are reshuffled: epoch 0 and epoch 1 differ in order
+    assert not np.array_equal(full[0][1], full[12][1]) or not np.array_equal(
+        full[0][0], full[12][0]
+    )
 
 
 def test_pipelines_split_each_global_batch_exactly(data):
-  single = testing.take(ip.train_dataset(data, batch_size=8, **KW), 4)
-  parts = []
-  for p in range(2):
-    ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=p,
-                                     num_replicas_in_sync=2)
-    parts.append(testing.take(ip.train_dataset(data, batch_size=4, global_batch_size=8,
-                                        input_context=ctx, **KW), 4))
-  for step in range(4):
-    merged = np.concatenate([parts[0][step][0], parts[1][step][0]])
-    key = lambda a: np.sort(a.reshape(len(a), -1).sum(1))
-    np.testing.assert_allclose(key(merged), key(single[step][0]), rtol=1e-6)
+    single = testing.take(ip.train_dataset(data, batch_size=8, **KW), 4)
+    parts = []
+    for p in range(2):
+        ctx = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=p, num_replicas_in_sync=2
+        )
+        parts.append(
+            testing.take(
+                ip.train_dataset(data, batch_size=4, global_batch_size=8, input_context=ctx, **KW),
+                4,
+            )
+        )
+    for step in range(4):
+        merged = np.concatenate([parts[0][step][0], parts[1][step][0]])
+        key = lambda a: np.sort(a.reshape(len(a), -1).sum(1))
+        np.testing.assert_allclose(key(merged), key(single[step][0]), rtol=1e-6)
 
 
 def test_eval_pads_to_fixed_batches_without_losing_examples(data):
-  ds = ip.eval_dataset(data, batch_size=16, num_classes=4, image_size=28, drop_remainder=True)
-  weights = np.concatenate([w.numpy() for _, _, w in ds])
-  assert len(weights) == 48 and weights.sum() == 40
+    ds = ip.eval_dataset(data, batch_size=16, num_classes=4, image_size=28, drop_remainder=True)
+    weights = np.concatenate([w.numpy() for _, _, w in ds])
+    assert len(weights) == 48 and weights.sum() == 40
 
 
 def test_corrupt_shard_is_skipped_and_counted(data, tmp_path):
-  import shutil
-  bad = tmp_path / "bad"
-  shutil.copytree(data, bad)
-  shard = bad / "train-00001-of-00003.tfrecord"
-  raw = bytearray(shard.read_bytes())
-  raw[len(raw) // 2] ^= 0xFF  # flip a byte in the middle: CRC mismatch
-  shard.write_bytes(bytes(raw))
-  split = ip.get_split(str(bad), "train")
-  assert split.corrupt_files == ("train-00001-of-00003.tfrecord",)
-  assert 0 < split.skipped_records < 32 and split.num_examples == 96 - split.skipped_records
-  n = sum(len(y) for _, y in ip.train_dataset(str(bad), batch_size=1, **KW).take(
-      split.num_examples))
-  assert n == split.num_examples
-  with pytest.raises(ip.DataError, match="corrupt shard"):
-    ip.get_split(str(bad), "train", strict=True)
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(data, bad)
+    shard = bad / "train-00001-of-00003.tfrecord"
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # flip a byte in the middle: CRC mismatch
+    shard.write_bytes(bytes(raw))
+    split = ip.get_split(str(bad), "train")
+    assert split.corrupt_files == ("train-00001-of-00003.tfrecord",)
+    assert 0 < split.skipped_records < 32 and split.num_examples == 96 - split.skipped_records
+    n = sum(
+        len(y) for _, y in ip.train_dataset(str(bad), batch_size=1, **KW).take(split.num_examples)
+    )
+    assert n == split.num_examples
+    with pytest.raises(ip.DataError, match="corrupt shard"):
+        ip.get_split(str(bad), "train", strict=True)
 
 
 def test_bad_data_dirs_name_the_directory(tmp_path):
-  with pytest.raises(ip.DataError, match="no such directory"):
-    ip.read_manifest(str(tmp_path / "missing"))
-  with pytest.raises(ip.DataError, match=f"--data_dir={tmp_path}: no manifest.json"):
-    ip.read_manifest(str(tmp_path))
-  with pytest.raises(ip.DataError, match="--data_dir is required"):
-    ip.read_manifest(None)
+    with pytest.raises(ip.DataError, match="no such directory"):
+        ip.read_manifest(str(tmp_path / "missing"))
+    with pytest.raises(ip.DataError, match=f"--data_dir={tmp_path}: no manifest.json"):
+        ip.read_manifest(str(tmp_path))
+    with pytest.raises(ip.DataError, match="--data_dir is required"):
+        ip.read_manifest(None)

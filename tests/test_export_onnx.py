@@ -7,6 +7,7 @@ import importlib.util
 import json
 import sys
 
+import export_testing as et
 import keras
 import numpy as np
 import pytest
@@ -14,13 +15,14 @@ import pytest
 import keras_vit
 from deploy import datasets
 from deploy import onnx as onnx_export
-import export_testing as et
 
-pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
-                                reason="the export builds TensorFlow graphs")
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"
+)
 needs_onnx = pytest.mark.skipif(
     not all(importlib.util.find_spec(name) for name in onnx_export.REQUIRED),
-    reason=f"needs tf2onnx, onnxruntime and onnx: {onnx_export.INSTALL_COMMAND}")
+    reason=f"needs tf2onnx, onnxruntime and onnx: {onnx_export.INSTALL_COMMAND}",
+)
 
 NUM_IMAGES = 200
 # float32 ONNX against float32 Keras: max |delta logit| <= LOGIT_RTOL * the
@@ -54,11 +56,20 @@ def hybrid():
     random weights (the head, zero at init, too)."""
     keras.utils.set_random_seed(1)
     model = keras_vit.VisionTransformer(
-        image_size=HYBRID_SIZE, resnet=(1, 1), patch_size=1, hidden_size=48, mlp_dim=96,
-        num_heads=4, num_layers=2, num_classes=et.NUM_CLASSES, name="tiny_hybrid")
+        image_size=HYBRID_SIZE,
+        resnet=(1, 1),
+        patch_size=1,
+        hidden_size=48,
+        mlp_dim=96,
+        num_heads=4,
+        num_layers=2,
+        num_classes=et.NUM_CLASSES,
+        name="tiny_hybrid",
+    )
     rng = np.random.default_rng(1)
-    model.set_weights([w + rng.normal(0, 0.1, w.shape).astype(w.dtype)
-                       for w in model.get_weights()])
+    model.set_weights(
+        [w + rng.normal(0, 0.1, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
     return model
 
 
@@ -72,18 +83,22 @@ def _keras_logits(model, pixels):
 
 
 @needs_onnx
-@pytest.mark.parametrize("kind,dynamic_batch", [("vit", False), ("vit", True),
-                                                ("hybrid", False)])
-def test_exported_file_follows_the_keras_model(kind, dynamic_batch, vit, hybrid, images,
-                                               tmp_path):
+@pytest.mark.parametrize("kind,dynamic_batch", [("vit", False), ("vit", True), ("hybrid", False)])
+def test_exported_file_follows_the_keras_model(kind, dynamic_batch, vit, hybrid, images, tmp_path):
     model = {"vit": vit, "hybrid": hybrid}[kind]
     size = tuple(model.image_size)
-    pixels = (images[0] if size == (et.IMAGE_SIZE, et.IMAGE_SIZE)
-              else datasets.fashion_mnist_test(size, NUM_IMAGES)[0])
+    pixels = (
+        images[0]
+        if size == (et.IMAGE_SIZE, et.IMAGE_SIZE)
+        else datasets.fashion_mnist_test(size, NUM_IMAGES)[0]
+    )
     path = str(tmp_path / f"{kind}.onnx")
     exported = onnx_export.export_keras_model(model, path, dynamic_batch=dynamic_batch)
-    assert exported["input"] == {"name": "images", "dtype": "float32",
-                                 "shape": [None if dynamic_batch else 1, *size, 3]}
+    assert exported["input"] == {
+        "name": "images",
+        "dtype": "float32",
+        "shape": [None if dynamic_batch else 1, *size, 3],
+    }
     assert exported["outputs"] == ["logits", "probabilities"]
 
     classifier = onnx_export.ONNXClassifier(path)
@@ -117,14 +132,15 @@ def test_float16_runs_and_halves_the_weights(vit, images, tmp_path):
     assert "Cast" in onnx_export.operator_counts(paths["float16"])
     # float16 weights; LayerNorm scales and biases stay float32, as Keras keeps them.
     assert onnx_export.constant_bytes(paths["float16"]) <= 0.55 * onnx_export.constant_bytes(
-        paths["float32"])
+        paths["float32"]
+    )
 
 
 @needs_onnx
 def test_the_check_after_export_catches_a_file_that_computes_something_else(vit, tmp_path):
     path = str(tmp_path / "vit.onnx")
     onnx_export.export_keras_model(vit, path)
-    other = et._architecture()  # pylint: disable=protected-access
+    other = et._architecture()
     other.set_weights([w * 1.5 for w in vit.get_weights()])
     with pytest.raises(onnx_export.ExportError, match="differ from the Keras model's by"):
         onnx_export.check_file(path, onnx_export.prepare(other))
@@ -134,31 +150,43 @@ def test_a_dynamic_image_size_is_refused_naming_why():
     inputs = keras.Input((None, None, 3), name="image")
     logits = keras.layers.Dense(et.NUM_CLASSES)(keras.layers.GlobalAveragePooling2D()(inputs))
     model = keras.Model(inputs, logits, name="any_size")
-    with pytest.raises(onnx_export.ExportError, match=r"'any_size' has a dynamic image size "
-                       r"\(None, None\); the ONNX file is exported at one fixed H x W"):
+    with pytest.raises(
+        onnx_export.ExportError,
+        match=r"'any_size' has a dynamic image size "
+        r"\(None, None\); the ONNX file is exported at one fixed H x W",
+    ):
         onnx_export.prepare(model)
 
 
 def test_a_headless_model_is_refused():
-    model = keras_vit.VisionTransformer(image_size=28, patch_size=7, hidden_size=32,
-                                        mlp_dim=64, num_heads=2, num_layers=1,
-                                        include_top=False, name="headless")
+    model = keras_vit.VisionTransformer(
+        image_size=28,
+        patch_size=7,
+        hidden_size=32,
+        mlp_dim=64,
+        num_heads=2,
+        num_layers=1,
+        include_top=False,
+        name="headless",
+    )
     with pytest.raises(onnx_export.ExportError, match="'headless' has no head"):
         onnx_export.prepare(model)
 
 
 def test_an_unknown_precision_is_refused(vit):
-    with pytest.raises(onnx_export.ExportError, match="precision='int8': expected one of "
-                       "float32, float16"):
+    with pytest.raises(
+        onnx_export.ExportError, match="precision='int8': expected one of float32, float16"
+    ):
         onnx_export.prepare(vit, "int8")
 
 
 def test_a_missing_dependency_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "tf2onnx", None)  # `import tf2onnx` raises ImportError
-    with pytest.raises(onnx_export.ExportError,
-                       match=r"needs tf2onnx \(not installed\): `pip install -e '\.\[onnx\]'`"):
-        onnx_export.export_keras_model(et._architecture(),  # pylint: disable=protected-access
-                                       str(tmp_path / "x.onnx"))
+    with pytest.raises(
+        onnx_export.ExportError,
+        match=r"needs tf2onnx \(not installed\): `pip install -e '\.\[onnx\]'`",
+    ):
+        onnx_export.export_keras_model(et._architecture(), str(tmp_path / "x.onnx"))
     assert not (tmp_path / "x.onnx").exists()
 
 
@@ -166,9 +194,17 @@ def test_a_missing_dependency_names_the_extra(monkeypatch, tmp_path):
 def test_cli_run_dir_with_report(vit, tmp_path):
     run_dir = et.write_run_dir(vit, str(tmp_path / "run"))
     output, report_path = tmp_path / "vit.onnx", tmp_path / "report.json"
-    result = et.run_tool(["tools/export_onnx.py", f"--run_dir={run_dir}", "--dynamic_batch",
-                          f"--output={output}", f"--report={report_path}",
-                          "--num_eval_images=100", "--latency_repeats=20"])
+    result = et.run_tool(
+        [
+            "tools/export_onnx.py",
+            f"--run_dir={run_dir}",
+            "--dynamic_batch",
+            f"--output={output}",
+            f"--report={report_path}",
+            "--num_eval_images=100",
+            "--latency_repeats=20",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith(f"Wrote {output} ("), result.stdout[:500]  # ours first
     assert "tf2onnx" not in result.stderr and "Saved artifact" not in result.stdout
@@ -185,9 +221,11 @@ def test_cli_run_dir_with_report(vit, tmp_path):
     produced = onnx_export.ONNXClassifier(str(output)).predict(pixels)
     assert written["num_images"] == 100
     assert written["top1_agreement"] == pytest.approx(
-        np.mean(produced.argmax(1) == expected.argmax(1)))
+        np.mean(produced.argmax(1) == expected.argmax(1))
+    )
     assert written["max_abs_delta_probability"] == pytest.approx(
-        np.abs(produced - expected).max(), abs=1e-6)
+        np.abs(produced - expected).max(), abs=1e-6
+    )
     # The softmax at most halves a logit error: |dp_i| <= 2 p_i (1 - p_i) max|dz| <= max|dz| / 2.
     scale = max(1.0, float(np.abs(_keras_logits(vit, pixels)).max()))
     assert written["max_abs_delta_probability"] <= 0.5 * LOGIT_RTOL * scale
@@ -200,7 +238,8 @@ def test_cli_run_dir_with_report(vit, tmp_path):
 
 @needs_onnx
 def test_cli_refuses_a_model_without_weights(tmp_path):
-    result = et.run_tool(["tools/export_onnx.py", "--model=ViT_Ti16",
-                          f"--output={tmp_path / 'x.onnx'}"])
+    result = et.run_tool(
+        ["tools/export_onnx.py", "--model=ViT_Ti16", f"--output={tmp_path / 'x.onnx'}"]
+    )
     assert result.returncode != 0
     assert "--model=ViT_Ti16 needs --weights" in result.stderr

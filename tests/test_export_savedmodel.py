@@ -5,16 +5,17 @@ give the Keras model's predictions; bad requests fail with clear messages."""
 import json
 import textwrap
 
+import export_testing as et
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from deploy import serving, sources
-import export_testing as et
 
-pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
-                                reason="the export builds TensorFlow graphs")
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"
+)
 
 NUM_IMAGES = 6
 # The exported graph and Keras' reorder float32 sums: logits of magnitude ~10
@@ -32,8 +33,15 @@ def exported(tmp_path_factory):
     names = root / "classes.txt"
     names.write_text("\n".join(et.CLASS_NAMES) + "\n")
     output = str(root / "saved_model")
-    result = et.run_tool(["tools/export_savedmodel.py", f"--run_dir={run_dir}",
-                          f"--class_names={names}", "--top_k=3", f"--output={output}"])
+    result = et.run_tool(
+        [
+            "tools/export_savedmodel.py",
+            f"--run_dir={run_dir}",
+            f"--class_names={names}",
+            "--top_k=3",
+            f"--output={output}",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "signatures: serving_default, predict_images" in result.stdout
     return model, output
@@ -88,21 +96,33 @@ def _requests(pixels, labels):
     jpeg = tf.io.encode_jpeg(pixels[0], quality=80).numpy()
     large = np.random.default_rng(3).integers(0, 256, (40, 36, 3), dtype=np.uint8)
     encoded = np.array(gray_pngs + [jpeg, tf.io.encode_png(large).numpy()], dtype=object)
-    seen = np.concatenate([pixels, tf.io.decode_jpeg(jpeg)[None].numpy(),
-                           tf.image.resize(large, (et.IMAGE_SIZE, et.IMAGE_SIZE))[None]])
-    examples = np.array([et.example(png, [int(label)]) for png, label in zip(gray_pngs, labels)],
-                        dtype=object)
+    seen = np.concatenate(
+        [
+            pixels,
+            tf.io.decode_jpeg(jpeg)[None].numpy(),
+            tf.image.resize(large, (et.IMAGE_SIZE, et.IMAGE_SIZE))[None],
+        ]
+    )
+    examples = np.array(
+        [et.example(png, [int(label)]) for png, label in zip(gray_pngs, labels)], dtype=object
+    )
     bad_batch = np.array([gray_pngs[0], gray_pngs[1], b"GIF? no, a text file"])
-    return {"encoded": encoded.astype(bytes), "bad_batch": bad_batch, "pixels": pixels,
-            "pixels_float": pixels.astype(np.float32), "examples": examples.astype(bytes)}, seen
+    return {
+        "encoded": encoded.astype(bytes),
+        "bad_batch": bad_batch,
+        "pixels": pixels,
+        "pixels_float": pixels.astype(np.float32),
+        "examples": examples.astype(bytes),
+    }, seen
 
 
 def _check_outputs(outputs, probabilities, prefix=""):
     np.testing.assert_allclose(outputs[prefix + "probabilities"], probabilities, atol=ATOL)
     order = np.argsort(-probabilities, axis=1, kind="stable")[:, :3]
     np.testing.assert_array_equal(outputs[prefix + "top_k_classes"], order)
-    np.testing.assert_allclose(outputs[prefix + "top_k_scores"],
-                               np.take_along_axis(probabilities, order, 1), atol=ATOL)
+    np.testing.assert_allclose(
+        outputs[prefix + "top_k_scores"], np.take_along_axis(probabilities, order, 1), atol=ATOL
+    )
     names = np.asarray(et.CLASS_NAMES)[order]
     np.testing.assert_array_equal(outputs[prefix + "top_k_names"].astype(str), names)
 
@@ -114,8 +134,9 @@ def test_fresh_tensorflow_process_serves_the_keras_predictions(exported, images,
     np.savez(tmp_path / "in.npz", **requests)
     script = tmp_path / "serve.py"
     script.write_text(_FRESH_PROCESS)
-    result = et.run_tool([str(script), saved_model, str(tmp_path / "in.npz"),
-                          str(tmp_path / "out.npz")])
+    result = et.run_tool(
+        [str(script), saved_model, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = dict(np.load(tmp_path / "out.npz"))
 
@@ -125,25 +146,26 @@ def test_fresh_tensorflow_process_serves_the_keras_predictions(exported, images,
     for name in ("predict_images", "predict_images_float32", "predict_examples"):
         _check_outputs(outputs, expected, name + "/")
     np.testing.assert_array_equal(outputs["predict_examples/labels"], labels[:, None])
-    assert ("serving_default: the image at batch index] [2] [is not a JPEG, PNG, GIF or BMP "
-            "image") in str(outputs["session_error"])
+    assert (
+        "serving_default: the image at batch index] [2] [is not a JPEG, PNG, GIF or BMP image"
+    ) in str(outputs["session_error"])
 
 
 def test_saved_model_cli_show_lists_the_signatures(exported):
     _, saved_model = exported
-    result = et.run_tool([et.venv_tool("saved_model_cli"), "show", "--all", "--dir",
-                          saved_model])
+    result = et.run_tool([et.venv_tool("saved_model_cli"), "show", "--all", "--dir", saved_model])
     assert result.returncode == 0, result.stderr[-3000:]
     shown = result.stdout
     size = et.IMAGE_SIZE
-    for name, dtype, shape in [("serving_default", "DT_STRING", "(-1)"),
-                               ("predict_images", "DT_UINT8", f"(-1, {size}, {size}, 3)"),
-                               ("predict_images_float32", "DT_FLOAT", f"(-1, {size}, {size}, 3)"),
-                               ("predict_examples", "DT_STRING", "(-1)")]:
+    for name, dtype, shape in [
+        ("serving_default", "DT_STRING", "(-1)"),
+        ("predict_images", "DT_UINT8", f"(-1, {size}, {size}, 3)"),
+        ("predict_images_float32", "DT_FLOAT", f"(-1, {size}, {size}, 3)"),
+        ("predict_examples", "DT_STRING", "(-1)"),
+    ]:
         section = shown.split(f"signature_def['{name}']:")[1].split("signature_def[")[0]
         assert f"dtype: {dtype}\n        shape: {shape}" in section, section
-        assert "outputs['probabilities']" in section and f"shape: (-1, {et.NUM_CLASSES})" \
-            in section
+        assert "outputs['probabilities']" in section and f"shape: (-1, {et.NUM_CLASSES})" in section
         for output in ("top_k_classes", "top_k_scores", "top_k_names"):
             assert f"outputs['{output}']" in section
 
@@ -154,12 +176,28 @@ def test_saved_model_cli_run_predicts(exported, images, tmp_path):
     cli = et.venv_tool("saved_model_cli")
     pngs = np.array([tf.io.encode_png(image).numpy() for image in pixels])
     np.save(tmp_path / "good.npy", pngs)
-    result = et.run_tool([cli, "run", "--dir", saved_model, "--tag_set", "serve",
-                          "--signature_def", "serving_default", "--inputs",
-                          f"images={tmp_path / 'good.npy'}", "--outdir", str(tmp_path / "out")])
+    result = et.run_tool(
+        [
+            cli,
+            "run",
+            "--dir",
+            saved_model,
+            "--tag_set",
+            "serve",
+            "--signature_def",
+            "serving_default",
+            "--inputs",
+            f"images={tmp_path / 'good.npy'}",
+            "--outdir",
+            str(tmp_path / "out"),
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    np.testing.assert_allclose(np.load(tmp_path / "out" / "probabilities.npy"),
-                               et.keras_probabilities(model, pixels), atol=ATOL)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "out" / "probabilities.npy"),
+        et.keras_probabilities(model, pixels),
+        atol=ATOL,
+    )
 
 
 def _fails(signature, match, **inputs):
@@ -174,26 +212,53 @@ def test_bad_requests_fail_naming_the_problem(loaded, images):
     truncated = png[:40]
     serve = loaded.signatures["serving_default"]
     _fails(serve, r"batch index\] \[1\] \[is not a JPEG", images=[png, b"not an image", png])
-    _fails(serve, r"batch index\] \[2\] \[has\] \[4\] \[channels; expected 1 \(grayscale\) "
-           r"or 3 \(RGB\)", images=[png, png, rgba])
+    _fails(
+        serve,
+        r"batch index\] \[2\] \[has\] \[4\] \[channels; expected 1 \(grayscale\) "
+        r"or 3 \(RGB\)",
+        images=[png, png, rgba],
+    )
     _fails(serve, r"serving_default: empty batch", images=np.array([], dtype=bytes))
     _fails(serve, r"PNG", images=[png, truncated])
-    _fails(loaded.signatures["predict_images"], r"predict_images: empty batch",
-           images=np.zeros((0, 28, 28, 3), np.uint8))
-    _fails(loaded.signatures["predict_images_float32"], r"predict_images_float32: empty batch",
-           images=np.zeros((0, 28, 28, 3), np.float32))
-    _fails(loaded.signatures["predict_images_float32"],
-           r"pixel values must be in \[0, 255\] \(unscaled\); got min\] \[-1\]",
-           images=pixels.astype(np.float32) / 127.5 - 1.0)
-    no_image = tf.train.Example(features=tf.train.Features(feature={
-        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
-    _fails(loaded.signatures["predict_examples"], r"Feature: image/encoded .* is required",
-           examples=[no_image.SerializeToString()])
+    _fails(
+        loaded.signatures["predict_images"],
+        r"predict_images: empty batch",
+        images=np.zeros((0, 28, 28, 3), np.uint8),
+    )
+    _fails(
+        loaded.signatures["predict_images_float32"],
+        r"predict_images_float32: empty batch",
+        images=np.zeros((0, 28, 28, 3), np.float32),
+    )
+    _fails(
+        loaded.signatures["predict_images_float32"],
+        r"pixel values must be in \[0, 255\] \(unscaled\); got min\] \[-1\]",
+        images=pixels.astype(np.float32) / 127.5 - 1.0,
+    )
+    no_image = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))
+            }
+        )
+    )
+    _fails(
+        loaded.signatures["predict_examples"],
+        r"Feature: image/encoded .* is required",
+        examples=[no_image.SerializeToString()],
+    )
     # A restored signature passes other shapes through to the graph (so does TF Serving).
-    _fails(loaded.signatures["predict_images"], r"predict_images: images must be \(batch, 28, "
-           r"28, 3\) pixels; got shape\] \[1 28 28 4\]", images=np.zeros((1, 28, 28, 4), np.uint8))
-    _fails(loaded.signatures["predict_images_float32"], r"got shape\] \[2 32 32 3\]",
-           images=np.zeros((2, 32, 32, 3), np.float32))
+    _fails(
+        loaded.signatures["predict_images"],
+        r"predict_images: images must be \(batch, 28, "
+        r"28, 3\) pixels; got shape\] \[1 28 28 4\]",
+        images=np.zeros((1, 28, 28, 4), np.uint8),
+    )
+    _fails(
+        loaded.signatures["predict_images_float32"],
+        r"got shape\] \[2 32 32 3\]",
+        images=np.zeros((2, 32, 32, 3), np.float32),
+    )
 
 
 def test_image_size_comes_from_the_signature(loaded):
@@ -226,4 +291,3 @@ def test_model_sources_fail_clearly(tmp_path):
     with pytest.raises(sources.SourceError, match="has 2 class names; the model has 10"):
         sources.read_class_names(str(names), 10)
     assert sources.read_class_names(str(names), 2) == ["a", "b"]
-

@@ -5,16 +5,17 @@ model; only builtin ops; the report and bad calibration data."""
 import json
 import os
 
+import export_testing as et
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from deploy import datasets, interpreter, report, serving, tflite
-import export_testing as et
 
-pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
-                                reason="the export builds TensorFlow graphs")
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"
+)
 
 NUM_IMAGES = 200
 # Per quantisation: (min top-1 agreement, max |delta probability|) on NUM_IMAGES
@@ -26,8 +27,13 @@ NUM_IMAGES = 200
 # image is 0.1% (here 0.5%), so this test asks 95%. int8_matmul quantises the
 # same matmuls as int8 but keeps LayerNorm, softmax and GELU float: asked as
 # much as dynamic_int8.
-BOUNDS = {"none": (1.0, 1e-5), "float16": (0.995, 1e-2), "dynamic_int8": (0.99, 0.05),
-          "int8": (0.95, 0.1), "int8_matmul": (0.99, 0.05)}
+BOUNDS = {
+    "none": (1.0, 1e-5),
+    "float16": (0.995, 1e-2),
+    "dynamic_int8": (0.99, 0.05),
+    "int8": (0.95, 0.1),
+    "int8_matmul": (0.99, 0.05),
+}
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +67,10 @@ def calibration_records(tmp_path_factory):
 def converted(saved_model, calibration_records):
     """{quantization: .tflite bytes}."""
     pixels, _ = datasets.tfrecord_images(calibration_records, (et.IMAGE_SIZE, et.IMAGE_SIZE))
-    return {q: tflite.convert_saved_model(saved_model, q,
-                                          pixels if q in tflite.CALIBRATED else None)
-            for q in tflite.QUANTIZATIONS}
+    return {
+        q: tflite.convert_saved_model(saved_model, q, pixels if q in tflite.CALIBRATED else None)
+        for q in tflite.QUANTIZATIONS
+    }
 
 
 @pytest.mark.parametrize("quantization", tflite.QUANTIZATIONS)
@@ -87,8 +94,11 @@ def test_quantised_files_store_narrower_weights(converted):
     assert weights["dynamic_int8"] <= 0.3 * weights["none"]
     assert weights["int8"] <= 0.3 * weights["none"]
     assert weights["int8_matmul"] <= 0.3 * weights["none"]
-    assert sizes["none"] > sizes["float16"] > max(sizes["dynamic_int8"], sizes["int8"],
-                                                  sizes["int8_matmul"])
+    assert (
+        sizes["none"]
+        > sizes["float16"]
+        > max(sizes["dynamic_int8"], sizes["int8"], sizes["int8_matmul"])
+    )
 
 
 def test_ops_are_builtin_and_int8_takes_uint8_pixels(converted):
@@ -109,7 +119,7 @@ def _operator_input_dtypes(content):
     runner.allocate_tensors()
     dtypes = {t["index"]: np.dtype(t["dtype"]).name for t in runner.get_tensor_details()}
     kinds = {}
-    for op in runner._get_ops_details():  # pylint: disable=protected-access
+    for op in runner._get_ops_details():
         kinds.setdefault(op["op_name"], set()).add(dtypes[op["inputs"][0]])
     return kinds
 
@@ -136,9 +146,12 @@ def test_a_flex_op_is_detected_and_refused(tmp_path):
         return tf.strings.to_number(tf.strings.as_string(x))  # no TFLite builtin
 
     converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [needs_flex.get_concrete_function()], needs_flex)
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS,
-                                           tf.lite.OpsSet.SELECT_TF_OPS]
+        [needs_flex.get_concrete_function()], needs_flex
+    )
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.TFLITE_BUILTINS,
+        tf.lite.OpsSet.SELECT_TF_OPS,
+    ]
     content = converter.convert()
     foreign = tflite.non_builtin_ops(tflite.operator_counts(content))
     assert foreign and all(name.startswith("CUSTOM:Flex") for name in foreign)
@@ -149,10 +162,18 @@ def test_a_flex_op_is_detected_and_refused(tmp_path):
 def test_cli_run_dir_int8_with_report(model, calibration_records, tmp_path):
     run_dir = et.write_run_dir(model, str(tmp_path / "run"))
     output, report_path = tmp_path / "vit.tflite", tmp_path / "report.json"
-    result = et.run_tool(["tools/export_tflite.py", f"--run_dir={run_dir}",
-                          "--quantization=int8", f"--representative_data={calibration_records}",
-                          f"--output={output}", f"--report={report_path}",
-                          "--num_eval_images=100", "--latency_repeats=20"])
+    result = et.run_tool(
+        [
+            "tools/export_tflite.py",
+            f"--run_dir={run_dir}",
+            "--quantization=int8",
+            f"--representative_data={calibration_records}",
+            f"--output={output}",
+            f"--report={report_path}",
+            "--num_eval_images=100",
+            "--latency_repeats=20",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     content = output.read_bytes()
     written = json.loads(report_path.read_text())
@@ -168,9 +189,9 @@ def test_cli_run_dir_int8_with_report(model, calibration_records, tmp_path):
     assert written["num_images"] == 100
     assert written["top1_agreement"] == pytest.approx(agreement)
     assert written["max_abs_delta_probability"] == pytest.approx(
-        np.abs(produced - expected).max(), abs=1e-6)
-    assert written["reference_accuracy"] == pytest.approx(
-        np.mean(expected.argmax(1) == labels))
+        np.abs(produced - expected).max(), abs=1e-6
+    )
+    assert written["reference_accuracy"] == pytest.approx(np.mean(expected.argmax(1) == labels))
     for threads in ("1_threads", "2_threads"):
         latency = written["latency_per_image"][threads]
         assert latency["repeats"] == 20 and 0 < latency["median_ms"] < 1000
@@ -186,19 +207,26 @@ def test_representative_data_that_cannot_match_the_model(saved_model, tmp_path):
     size = (et.IMAGE_SIZE, et.IMAGE_SIZE)
     with pytest.raises(datasets.DataError, match="no TFRecord files match"):
         datasets.tfrecord_images(str(tmp_path / "nothing-*"), size)
-    rgba = et.write_tfrecord(str(tmp_path / "rgba.tfrecord"),
-                             np.zeros((3, 28, 28, 4), np.uint8), [0, 1, 2])
-    with pytest.raises(datasets.DataError,
-                       match=r"rgba.tfrecord record 0: image of shape \(28, 28, 4\)"):
+    rgba = et.write_tfrecord(
+        str(tmp_path / "rgba.tfrecord"), np.zeros((3, 28, 28, 4), np.uint8), [0, 1, 2]
+    )
+    with pytest.raises(
+        datasets.DataError, match=r"rgba.tfrecord record 0: image of shape \(28, 28, 4\)"
+    ):
         datasets.tfrecord_images(rgba, size)
     garbage = str(tmp_path / "garbage.tfrecord")
     with tf.io.TFRecordWriter(garbage) as writer:
         writer.write(et.example(b"\x89PNG\r\n\x1a\n broken", [0]))
-    with pytest.raises(datasets.DataError, match="garbage.tfrecord record 0: not a "
-                       "tf.train.Example with a decodable 'image/encoded'"):
+    with pytest.raises(
+        datasets.DataError,
+        match="garbage.tfrecord record 0: not a tf.train.Example with a decodable 'image/encoded'",
+    ):
         datasets.tfrecord_images(garbage, size)
-    with pytest.raises(tflite.ConversionError, match=r"shape \(2, 32, 32, 3\); the model "
-                       r"takes \(N, 28, 28, 3\)"):
+    with pytest.raises(
+        tflite.ConversionError,
+        match=r"shape \(2, 32, 32, 3\); the model "
+        r"takes \(N, 28, 28, 3\)",
+    ):
         tflite.convert_saved_model(saved_model, "int8", np.zeros((2, 32, 32, 3), np.uint8))
     with pytest.raises(tflite.ConversionError, match="needs representative images"):
         tflite.convert_saved_model(saved_model, "int8")

@@ -27,12 +27,14 @@ def test_ridge_classifier_matches_the_direct_solution(rng, num_points):
     x = rng.normal(size=(num_points, 12)) * rng.uniform(0.1, 5, size=12) + 3
     labels = np.arange(num_points) % 3
     classifier = fewshot.RidgeClassifier(x, labels, 3, l2=7.0)
-    np.testing.assert_allclose(classifier.weights, direct_ridge_weights(x, labels, 3, 7.0),
-                               rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(
+        classifier.weights, direct_ridge_weights(x, labels, 3, 7.0), rtol=1e-8, atol=1e-10
+    )
     test = rng.normal(size=(5, 12))
     z = np.concatenate([(test - x.mean(0)) / (x.std(0) + 1e-5), np.full((5, 1), 100.0)], 1)
-    np.testing.assert_array_equal(classifier.predict(test),
-                                  np.argmax(z @ direct_ridge_weights(x, labels, 3, 7.0), 1))
+    np.testing.assert_array_equal(
+        classifier.predict(test), np.argmax(z @ direct_ridge_weights(x, labels, 3, 7.0), 1)
+    )
 
 
 def test_separable_features_give_about_100_percent(rng):
@@ -88,10 +90,19 @@ def test_bad_inputs_are_named():
 
 # -- features from a model -----------------------------------------------------------
 
+
 def tiny_model(classifier, **kwargs):
     return keras_vit.VisionTransformer(
-        image_size=8, patch_size=4, hidden_size=12, mlp_dim=16, num_heads=2, num_layers=1,
-        classifier=classifier, num_classes=3, **kwargs)
+        image_size=8,
+        patch_size=4,
+        hidden_size=12,
+        mlp_dim=16,
+        num_heads=2,
+        num_layers=1,
+        classifier=classifier,
+        num_classes=3,
+        **kwargs,
+    )
 
 
 def test_pre_logits_features_are_what_the_head_reads():
@@ -122,7 +133,8 @@ def test_padding_is_dropped_and_token_features_need_a_class_token():
     model = tiny_model("gap")
     images = np.zeros((4, 8, 8, 3), "float32")
     features, labels = fewshot.extract_features(
-        model, [(images, np.array([0, 1, 2, 0]), np.array([1.0, 1.0, 0.0, 1.0]))])
+        model, [(images, np.array([0, 1, 2, 0]), np.array([1.0, 1.0, 0.0, 1.0]))]
+    )
     assert features.shape == (3, 12)
     np.testing.assert_array_equal(labels, [0, 1, 0])
     with pytest.raises(ValueError, match="no class token"):
@@ -130,6 +142,7 @@ def test_padding_is_dropped_and_token_features_need_a_class_token():
 
 
 # -- only the k-shot train examples ------------------------------------------------
+
 
 def test_needed_indices_are_the_union_of_every_seeds_kshot_sets(rng):
     labels = rng.integers(0, 5, size=300)
@@ -151,13 +164,20 @@ def test_evaluate_on_the_needed_features_equals_evaluate_on_all(rng):
     full = fewshot.evaluate(*train, *test, shots=(1, 3, 8), num_seeds=3)
     needed = fewshot.needed_indices(train[1], (1, 3, 8), num_classes=4, num_seeds=3)
     assert len(needed) < 160
-    subset = fewshot.evaluate(train[0][needed], train[1], *test, shots=(1, 3, 8), num_seeds=3,
-                              train_indices=needed)
+    subset = fewshot.evaluate(
+        train[0][needed], train[1], *test, shots=(1, 3, 8), num_seeds=3, train_indices=needed
+    )
     assert subset == full
     # Any order of the rows works as long as train_indices says which is which.
     shuffled = rng.permutation(len(needed))
-    again = fewshot.evaluate(train[0][needed[shuffled]], train[1], *test, shots=(1, 3, 8),
-                             num_seeds=3, train_indices=needed[shuffled])
+    again = fewshot.evaluate(
+        train[0][needed[shuffled]],
+        train[1],
+        *test,
+        shots=(1, 3, 8),
+        num_seeds=3,
+        train_indices=needed[shuffled],
+    )
     for k in full:
         np.testing.assert_allclose(again[k]["per_seed"], full[k]["per_seed"])
 
@@ -166,7 +186,8 @@ def test_evaluate_names_missing_train_indices():
     labels = np.arange(20) % 2
     features = np.random.default_rng(0).normal(size=(20, 3))
     with pytest.raises(ValueError, match="not in train_indices"):
-        fewshot.evaluate(features[:2], labels, features, labels, shots=(5,), num_seeds=1,
-                         train_indices=[0, 1])
+        fewshot.evaluate(
+            features[:2], labels, features, labels, shots=(5,), num_seeds=1, train_indices=[0, 1]
+        )
     with pytest.raises(ValueError, match="3 train features vs 2 train_indices"):
         fewshot.evaluate(features[:3], labels, features, labels, train_indices=[0, 1])

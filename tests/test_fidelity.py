@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
+from numpy_vit import random_params, to_linen_names, vit_forward
 
 import keras_vit
-from numpy_vit import random_params, to_linen_names, vit_forward
 
 # float32 Keras vs float64 NumPy: the model-level goal, fixed (measured: a few 1e-6).
 ATOL = 1e-5
@@ -63,38 +63,49 @@ def test_pre_logits_model(tmp_path, rng, jit_compile):
     model = keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, params))
     assert model.representation_size == 48 and model.num_classes == 11
     x = _images(rng, 3, 32, 32)
-    np.testing.assert_allclose(_predict(model, x, jit_compile),
-                               vit_forward(params, x, num_layers=3), atol=ATOL, rtol=0)
+    np.testing.assert_allclose(
+        _predict(model, x, jit_compile), vit_forward(params, x, num_layers=3), atol=ATOL, rtol=0
+    )
 
 
 def test_gap_model(tmp_path, rng, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=6, classifier="gap", seed=4)
-    model = keras_vit.VisionTransformer(**SMALL_KW, classifier="gap", num_classes=6,
-                                        weights=_save(tmp_path, params))
+    model = keras_vit.VisionTransformer(
+        **SMALL_KW, classifier="gap", num_classes=6, weights=_save(tmp_path, params)
+    )
     x = _images(rng, 3, 32, 32)
-    np.testing.assert_allclose(_predict(model, x, jit_compile),
-                               vit_forward(params, x, num_layers=3, classifier="gap"),
-                               atol=ATOL, rtol=0)
+    np.testing.assert_allclose(
+        _predict(model, x, jit_compile),
+        vit_forward(params, x, num_layers=3, classifier="gap"),
+        atol=ATOL,
+        rtol=0,
+    )
 
 
 def test_gap_model_resized_and_non_square(tmp_path, rng, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=6, classifier="gap", seed=5)
-    model = keras_vit.VisionTransformer(**SMALL_KW, classifier="gap", image_size=(48, 40),
-                                        weights=_save(tmp_path, params))
+    model = keras_vit.VisionTransformer(
+        **SMALL_KW, classifier="gap", image_size=(48, 40), weights=_save(tmp_path, params)
+    )
     assert model.grid_size == (6, 5)
     x = _images(rng, 2, 48, 40)
-    np.testing.assert_allclose(_predict(model, x, jit_compile),
-                               vit_forward(params, x, num_layers=3, classifier="gap"),
-                               atol=ATOL, rtol=0)
+    np.testing.assert_allclose(
+        _predict(model, x, jit_compile),
+        vit_forward(params, x, num_layers=3, classifier="gap"),
+        atol=ATOL,
+        rtol=0,
+    )
 
 
 def test_non_square_token_model(tmp_path, rng, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=4, seed=6)
-    model = keras_vit.VisionTransformer(**SMALL_KW, image_size=(24, 56),
-                                        weights=_save(tmp_path, params))
+    model = keras_vit.VisionTransformer(
+        **SMALL_KW, image_size=(24, 56), weights=_save(tmp_path, params)
+    )
     x = _images(rng, 2, 24, 56)
-    np.testing.assert_allclose(_predict(model, x, jit_compile),
-                               vit_forward(params, x, num_layers=3), atol=ATOL, rtol=0)
+    np.testing.assert_allclose(
+        _predict(model, x, jit_compile), vit_forward(params, x, num_layers=3), atol=ATOL, rtol=0
+    )
 
 
 @pytest.mark.parametrize("prefix", ["", "opt/target/", "params/"])
@@ -103,19 +114,22 @@ def test_linen_names_and_prefixes(tmp_path, rng, prefix, jit_compile):
     path = _save(tmp_path, to_linen_names(params, prefix))
     model = keras_vit.VisionTransformer(**SMALL_KW, weights=path)
     x = _images(rng, 2, 32, 32)
-    np.testing.assert_allclose(_predict(model, x, jit_compile),
-                               vit_forward(params, x, num_layers=3), atol=ATOL, rtol=0)
+    np.testing.assert_allclose(
+        _predict(model, x, jit_compile), vit_forward(params, x, num_layers=3), atol=ATOL, rtol=0
+    )
 
 
 def test_include_top_false_gives_representation(tmp_path, rng, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=3, representation_size=16, seed=8)
-    model = keras_vit.VisionTransformer(**SMALL_KW, include_top=False,
-                                        weights=_save(tmp_path, params))
+    model = keras_vit.VisionTransformer(
+        **SMALL_KW, include_top=False, weights=_save(tmp_path, params)
+    )
     x = _images(rng, 2, 32, 32)
     out = _predict(model, x, jit_compile)
     assert out.shape == (2, 16)
-    np.testing.assert_allclose(out, vit_forward(params, x, num_layers=3, include_head=False),
-                               atol=ATOL, rtol=0)
+    np.testing.assert_allclose(
+        out, vit_forward(params, x, num_layers=3, include_head=False), atol=ATOL, rtol=0
+    )
 
 
 def test_new_num_classes_gives_zero_head_and_keeps_body(tmp_path, rng, jit_compile):
@@ -125,15 +139,23 @@ def test_new_num_classes_gives_zero_head_and_keeps_body(tmp_path, rng, jit_compi
     x = _images(rng, 2, 32, 32)
     assert np.all(_predict(model, x, jit_compile) == 0)
     features = keras_vit.VisionTransformer(**SMALL_KW, include_top=False, weights=path)
-    np.testing.assert_allclose(_predict(features, x, jit_compile),
-                               vit_forward(params, x, num_layers=3, include_head=False),
-                               atol=ATOL, rtol=0)
+    np.testing.assert_allclose(
+        _predict(features, x, jit_compile),
+        vit_forward(params, x, num_layers=3, include_head=False),
+        atol=ATOL,
+        rtol=0,
+    )
 
 
 def test_reference_resize_matches_scipy_zoom():
     """The reference's hand-written interpolation is scipy.ndimage.zoom(order=1)."""
     import scipy.ndimage
+
     grid = np.random.default_rng(0).standard_normal((7, 7, 5))
     from numpy_vit import linear_resize_corner_aligned
-    np.testing.assert_allclose(linear_resize_corner_aligned(grid, 12, 9),
-                               scipy.ndimage.zoom(grid, (12 / 7, 9 / 7, 1), order=1), atol=1e-12)
+
+    np.testing.assert_allclose(
+        linear_resize_corner_aligned(grid, 12, 9),
+        scipy.ndimage.zoom(grid, (12 / 7, 9 / 7, 1), order=1),
+        atol=1e-12,
+    )

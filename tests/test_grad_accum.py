@@ -1,69 +1,74 @@
 """Gradient accumulation (config.grad_accum_steps, trainers/keras_workarounds.py): an
 update from N micro-batches equals the update from one batch of them."""
+
 import keras
 import ml_collections
 import numpy as np
 import pytest
 
-from trainers import keras_workarounds
-from trainers import optimizers
-from trainers import schedules
+from trainers import keras_workarounds, optimizers, schedules
 
 STEPS, ACCUM, BATCH = 3, 4, 16
 
 
 def _train(accum, x, y, ema=0.5):
-  keras.utils.set_random_seed(3)
-  model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, activation="tanh"),
-                            keras.layers.Dense(3)])
-  lr = schedules.WarmupDecay(0.5, STEPS, warmup_steps=1, decay_type="linear")
-  config = ml_collections.ConfigDict(dict(optimizer="sgd", momentum=0.9, weight_decay=0.0,
-                                          grad_clip_norm=0.05, ema_momentum=ema))
-  model.compile(optimizer=optimizers.make_optimizer(config, lr), jit_compile=False,
-                loss=keras.losses.CategoricalCrossentropy(from_logits=True),
-                metrics=["categorical_accuracy"])
-  keras_workarounds.accumulate_gradients(model, accum)
-  # fit ends with optimizer.finalize_variable_values: with EMA, the weights are the EMA's.
-  history = model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-  return model, [np.array(w) for w in model.get_weights()], history.history
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(5, activation="tanh"), keras.layers.Dense(3)]
+    )
+    lr = schedules.WarmupDecay(0.5, STEPS, warmup_steps=1, decay_type="linear")
+    config = ml_collections.ConfigDict(
+        dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, grad_clip_norm=0.05, ema_momentum=ema)
+    )
+    model.compile(
+        optimizer=optimizers.make_optimizer(config, lr),
+        jit_compile=False,
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        metrics=["categorical_accuracy"],
+    )
+    keras_workarounds.accumulate_gradients(model, accum)
+    # fit ends with optimizer.finalize_variable_values: with EMA, the weights are the EMA's.
+    history = model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    return model, [np.array(w) for w in model.get_weights()], history.history
 
 
 def test_accumulated_micro_batches_equal_one_big_batch():
-  rng = np.random.default_rng(0)
-  x = rng.standard_normal((STEPS * BATCH, 6)).astype("float32")
-  y = np.eye(3, dtype="float32")[rng.integers(0, 3, STEPS * BATCH)]
-  big, big_ema, big_logs = _train(1, x, y)
-  accum, accum_ema, accum_logs = _train(ACCUM, x, y)
-  _, big_weights, _ = _train(1, x, y, ema=0.0)
-  _, accum_weights, _ = _train(ACCUM, x, y, ema=0.0)
-  # One optimizer step per batch: the schedule and the EMA saw the same steps.
-  assert int(big.optimizer.iterations) == int(accum.optimizer.iterations) == STEPS
-  # Clipping at 0.05 is active (the raw gradient norm is ~1): clipped per micro-batch,
-  # the weights would differ by O(lr * 0.05) = 1e-2. The mean of 4 float32 micro-batch
-  # gradients differs from the big batch's by a few roundings (~1e-7 relative), carried
-  # into the weights by 3 updates of lr <= 0.5.
-  for a, b in zip(accum_weights, big_weights):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-  for a, b in zip(accum_ema, big_ema):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-  assert max(np.abs(a - b).max() for a, b in zip(big_ema, big_weights)) > 1e-3  # EMA on
-  # The logged loss and accuracy are means over all examples either way.
-  np.testing.assert_allclose(accum_logs["loss"], big_logs["loss"], rtol=1e-5)
-  np.testing.assert_allclose(accum_logs["categorical_accuracy"],
-                             big_logs["categorical_accuracy"], rtol=1e-6)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((STEPS * BATCH, 6)).astype("float32")
+    y = np.eye(3, dtype="float32")[rng.integers(0, 3, STEPS * BATCH)]
+    big, big_ema, big_logs = _train(1, x, y)
+    accum, accum_ema, accum_logs = _train(ACCUM, x, y)
+    _, big_weights, _ = _train(1, x, y, ema=0.0)
+    _, accum_weights, _ = _train(ACCUM, x, y, ema=0.0)
+    # One optimizer step per batch: the schedule and the EMA saw the same steps.
+    assert int(big.optimizer.iterations) == int(accum.optimizer.iterations) == STEPS
+    # Clipping at 0.05 is active (the raw gradient norm is ~1): clipped per micro-batch,
+    # the weights would differ by O(lr * 0.05) = 1e-2. The mean of 4 float32 micro-batch
+    # gradients differs from the big batch's by a few roundings (~1e-7 relative), carried
+    # into the weights by 3 updates of lr <= 0.5.
+    for a, b in zip(accum_weights, big_weights):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(accum_ema, big_ema):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert max(np.abs(a - b).max() for a, b in zip(big_ema, big_weights)) > 1e-3  # EMA on
+    # The logged loss and accuracy are means over all examples either way.
+    np.testing.assert_allclose(accum_logs["loss"], big_logs["loss"], rtol=1e-5)
+    np.testing.assert_allclose(
+        accum_logs["categorical_accuracy"], big_logs["categorical_accuracy"], rtol=1e-6
+    )
 
 
 def test_batch_not_divisible_is_refused():
-  model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-  model.compile(optimizer="sgd", loss="mse", jit_compile=False)
-  keras_workarounds.accumulate_gradients(model, 3)
-  with pytest.raises(Exception, match="grad_accum_steps=3 must divide"):
-    model.fit(np.zeros((4, 2)), np.zeros((4, 1)), batch_size=4, verbose=0)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+    keras_workarounds.accumulate_gradients(model, 3)
+    with pytest.raises(Exception, match="grad_accum_steps=3 must divide"):
+        model.fit(np.zeros((4, 2)), np.zeros((4, 1)), batch_size=4, verbose=0)
 
 
 def test_keras_version_check():
-  keras_workarounds.check_keras_version()  # the installed Keras is a tested one (CI)
-  with pytest.warns(UserWarning, match="not 9.1.0"):
-    keras_workarounds.check_keras_version("9.1.0")
-  with pytest.raises(RuntimeError, match="check its workarounds"):
-    keras_workarounds.check_keras_version("9.1.0", strict=True)
+    keras_workarounds.check_keras_version()  # the installed Keras is a tested one (CI)
+    with pytest.warns(UserWarning, match="not 9.1.0"):
+        keras_workarounds.check_keras_version("9.1.0")
+    with pytest.raises(RuntimeError, match="check its workarounds"):
+        keras_workarounds.check_keras_version("9.1.0", strict=True)

@@ -4,11 +4,11 @@ reference (numpy_resnet + numpy_vit), serialisation, feature extraction, errors.
 import keras
 import numpy as np
 import pytest
+from numpy_resnet import hybrid_forward, random_hybrid_params, resnet_forward
+from numpy_vit import to_linen_names
 
 import keras_vit
 from keras_vit.checkpoint import registry
-from numpy_resnet import hybrid_forward, random_hybrid_params, resnet_forward
-from numpy_vit import to_linen_names
 
 # float32 Keras vs float64 NumPy through a ResNet and a Transformer; the
 # project's bar is 1e-4 (max abs on logits).
@@ -17,8 +17,9 @@ ATOL = 1e-4
 # A small hybrid: R(1,1) (stride 8, 512 channels), 2x2 patches, a 2-layer ViT.
 SMALL_RESNET = (1, 1)
 SMALL_VIT = dict(patch=2, hidden=48, mlp=96, heads=4, layers=2)
-SMALL_KW = dict(resnet=SMALL_RESNET, patch_size=2, hidden_size=48, mlp_dim=96, num_heads=4,
-                num_layers=2)
+SMALL_KW = dict(
+    resnet=SMALL_RESNET, patch_size=2, hidden_size=48, mlp_dim=96, num_heads=4, num_layers=2
+)
 
 
 def _images(rng, batch, height, width):
@@ -37,12 +38,15 @@ def _save(tmp_path, params, name="ckpt.npz"):
 
 
 def _small_params(num_classes=5, seed=0, **kwargs):
-    return random_hybrid_params(resnet=SMALL_RESNET, **SMALL_VIT, grid=(4, 4),
-                                num_classes=num_classes, seed=seed, **kwargs)
+    return random_hybrid_params(
+        resnet=SMALL_RESNET, **SMALL_VIT, grid=(4, 4), num_classes=num_classes, seed=seed, **kwargs
+    )
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("R50_ViT_B16", 98_659_112), ("R26_ViT_S32", 36_431_912), ("R50_ViT_L32", 328_994_856)])
+@pytest.mark.parametrize(
+    "name,expected",
+    [("R50_ViT_B16", 98_659_112), ("R26_ViT_S32", 36_431_912), ("R50_ViT_L32", 328_994_856)],
+)
 def test_parameter_counts_at_224_with_1000_classes(name, expected):
     with keras.StatelessScope(initialize_variables=False):
         model = keras_vit.build_model(name)
@@ -60,8 +64,9 @@ def test_small_hybrid_from_official_checkpoint(tmp_path, rng):
     expected = hybrid_forward(params, x, num_layers=SMALL_RESNET, vit_layers=2)
     np.testing.assert_allclose(_run(model, x), expected, atol=ATOL, rtol=0)
     # keras_vit.load_weights into a model built without weights.
-    fresh = keras_vit.VisionTransformer(**SMALL_KW, image_size=64, num_classes=5,
-                                        representation_size=48)
+    fresh = keras_vit.VisionTransformer(
+        **SMALL_KW, image_size=64, num_classes=5, representation_size=48
+    )
     keras_vit.load_weights(fresh, tmp_path / "ckpt.npz")
     np.testing.assert_array_equal(_run(fresh, x), _run(model, x))
     # Saving gives back the published names and the same arrays.
@@ -82,22 +87,32 @@ def test_old_group_norm_shapes_linen_names_gap_and_resize(tmp_path, rng):
     model = keras_vit.VisionTransformer(**SMALL_KW, weights=path, image_size=(96, 80))
     assert model.classifier == "gap" and model.grid_size == (6, 5)
     x = _images(rng, 2, 96, 80)
-    expected = hybrid_forward(params, x, num_layers=SMALL_RESNET, vit_layers=2,
-                              classifier="gap")
+    expected = hybrid_forward(params, x, num_layers=SMALL_RESNET, vit_layers=2, classifier="gap")
     np.testing.assert_allclose(_run(model, x), expected, atol=ATOL, rtol=0)
 
 
 def test_named_builder_through_the_registry(tmp_path, rng, monkeypatch):
     # R+Ti/16 (stem only, 8x8 patches; stride 4 so a 7x7 grid at 224 px) as the
     # published AugReg file would be: 21,843 classes, no pre_logits, 224 px.
-    params = random_hybrid_params(resnet=(), patch=8, hidden=192, mlp=768, heads=3,
-                                  layers=12, grid=(7, 7), num_classes=21843, seed=3)
+    params = random_hybrid_params(
+        resnet=(),
+        patch=8,
+        hidden=192,
+        mlp=768,
+        heads=3,
+        layers=12,
+        grid=(7, 7),
+        num_classes=21843,
+        seed=3,
+    )
     path = _save(tmp_path, params)
     fetched = []
     monkeypatch.setattr(registry, "fetch", lambda entry: fetched.append(entry.url) or path)
     model = keras_vit.R_Ti16(weights="augreg")
-    assert fetched == ["https://storage.googleapis.com/vit_models/augreg/"
-                       "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz"]
+    assert fetched == [
+        "https://storage.googleapis.com/vit_models/augreg/"
+        "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz"
+    ]
     assert model.image_size == (224, 224) and model.grid_size == (7, 7)
     assert model.num_classes == 21843 and model.representation_size is None
     x = _images(rng, 2, 224, 224)
@@ -108,8 +123,7 @@ def test_named_builder_through_the_registry(tmp_path, rng, monkeypatch):
 def test_registry_has_the_published_hybrids():
     assert registry.names_for("R50_ViT_B16") == ["imagenet21k", "imagenet21k+imagenet2012"]
     assert registry.names_for("R26_ViT_B32") == ["imagenet21k"]
-    assert registry.names_for("R50_ViT_L32") == ["augreg", "augreg+imagenet2012",
-                                                 "imagenet21k"]
+    assert registry.names_for("R50_ViT_L32") == ["augreg", "augreg+imagenet2012", "imagenet21k"]
     assert registry.names_for("R26_ViT_S32") == ["augreg", "augreg+imagenet2012"]
     assert registry.names_for("R_Ti16") == ["augreg", "augreg+imagenet2012"]
     i21k = registry.lookup("R50_ViT_B16", "imagenet21k")
@@ -120,7 +134,8 @@ def test_registry_has_the_published_hybrids():
     assert (i1k.image_size, i1k.num_classes, i1k.representation_size) == (384, 1000, None)
     assert registry.lookup("R50_ViT_L32", "augreg+imagenet2012").url.endswith(
         "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
-        "--imagenet2012-steps_20k-lr_0.01-res_384.npz")
+        "--imagenet2012-steps_20k-lr_0.01-res_384.npz"
+    )
 
 
 def test_keras_round_trip_safe_mode(tmp_path, rng):
@@ -139,11 +154,14 @@ def test_keras_round_trip_safe_mode(tmp_path, rng):
 
 def test_feature_extractor_is_the_resnet(tmp_path, rng):
     params = _small_params(seed=4)
-    model = keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, params),
-                                        include_top=False)
+    model = keras_vit.VisionTransformer(
+        **SMALL_KW, weights=_save(tmp_path, params), include_top=False
+    )
     x = _images(rng, 2, 64, 64)
-    stages = [keras.ops.convert_to_numpy(s) for s in
-              keras_vit.hybrid.feature_extractor(model, stages=True)(x)]
+    stages = [
+        keras.ops.convert_to_numpy(s)
+        for s in keras_vit.hybrid.feature_extractor(model, stages=True)(x)
+    ]
     expected = resnet_forward(params, x, SMALL_RESNET, return_stages=True)
     assert [s.shape for s in stages] == [(2, 16, 16, 64), (2, 16, 16, 256), (2, 8, 8, 512)]
     for got, want in zip(stages, expected):
@@ -151,64 +169,101 @@ def test_feature_extractor_is_the_resnet(tmp_path, rng):
     final = _run(keras_vit.hybrid.feature_extractor(model), x)
     np.testing.assert_array_equal(final, stages[-1])
     with pytest.raises(ValueError, match="not a hybrid"):
-        keras_vit.hybrid.feature_extractor(keras_vit.VisionTransformer(
-            patch_size=8, hidden_size=48, mlp_dim=96, num_heads=4, num_layers=1,
-            image_size=32))
+        keras_vit.hybrid.feature_extractor(
+            keras_vit.VisionTransformer(
+                patch_size=8, hidden_size=48, mlp_dim=96, num_heads=4, num_layers=1, image_size=32
+            )
+        )
 
 
 def test_attention_model_of_a_hybrid(tmp_path, rng):
     model = keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, _small_params()))
-    weights = [keras.ops.convert_to_numpy(w)
-               for w in model.attention_model()(_images(rng, 1, 64, 64))]
+    weights = [
+        keras.ops.convert_to_numpy(w) for w in model.attention_model()(_images(rng, 1, 64, 64))
+    ]
     assert [w.shape for w in weights] == [(1, 4, 17, 17)] * 2
     np.testing.assert_allclose(weights[0].sum(-1), 1, atol=1e-5)
 
 
 def test_plain_vit_checkpoint_into_a_hybrid_names_keys_and_shapes(tmp_path):
     from numpy_vit import random_params
-    plain = random_params(patch=2, hidden=48, mlp=96, heads=4, layers=2, grid=(4, 4),
-                          num_classes=5)
+
+    plain = random_params(patch=2, hidden=48, mlp=96, heads=4, layers=2, grid=(4, 4), num_classes=5)
     with pytest.raises(keras_vit.CheckpointError) as info:
         keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, plain))
     message = str(info.value)
-    assert "'embedding/kernel': checkpoint shape (2, 2, 3, 48) vs model shape " \
-           "(2, 2, 512, 48)" in message
+    assert (
+        "'embedding/kernel': checkpoint shape (2, 2, 3, 48) vs model shape "
+        "(2, 2, 512, 48)" in message
+    )
     assert "missing keys" in message and "conv_root/kernel" in message
 
 
 def test_hybrid_checkpoint_of_other_stages_is_refused(tmp_path):
     params = _small_params()
     with pytest.raises(keras_vit.CheckpointError, match=r"missing keys: block2/unit2/"):
-        keras_vit.VisionTransformer(**{**SMALL_KW, "resnet": (1, 2)},
-                                    weights=_save(tmp_path, params))
-    with pytest.raises(keras_vit.CheckpointError,
-                       match=r"unexpected keys: conv_root/kernel, gn_root/scale"):
-        keras_vit.VisionTransformer(patch_size=2, hidden_size=48, mlp_dim=96, num_heads=4,
-                                    num_layers=2, image_size=8,
-                                    weights=_save(tmp_path, params))
+        keras_vit.VisionTransformer(
+            **{**SMALL_KW, "resnet": (1, 2)}, weights=_save(tmp_path, params)
+        )
+    with pytest.raises(
+        keras_vit.CheckpointError, match=r"unexpected keys: conv_root/kernel, gn_root/scale"
+    ):
+        keras_vit.VisionTransformer(
+            patch_size=2,
+            hidden_size=48,
+            mlp_dim=96,
+            num_heads=4,
+            num_layers=2,
+            image_size=8,
+            weights=_save(tmp_path, params),
+        )
 
 
 def test_bad_group_norm_shape_is_named(tmp_path):
     params = _small_params()
     params["block1/unit1/gn2/scale"] = np.ones((1, 2, 32), np.float32)
-    with pytest.raises(keras_vit.CheckpointError,
-                       match=r"'block1/unit1/gn2/scale': checkpoint shape \(1, 2, 32\) vs "
-                             r"model shape \(64,\)"):
+    with pytest.raises(
+        keras_vit.CheckpointError,
+        match=r"'block1/unit1/gn2/scale': checkpoint shape \(1, 2, 32\) vs "
+        r"model shape \(64,\)",
+    ):
         keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, params))
 
 
-@pytest.mark.parametrize("resnet,match", [
-    ((3, 0), "positive integers"), ("349", "sequence of unit counts"),
-    ({"units": (3, 4)}, "'num_layers'"), ({"num_layers": (1,), "width_factor": 0.3},
-                                           "width_factor")])
+@pytest.mark.parametrize(
+    "resnet,match",
+    [
+        ((3, 0), "positive integers"),
+        ("349", "sequence of unit counts"),
+        ({"units": (3, 4)}, "'num_layers'"),
+        ({"num_layers": (1,), "width_factor": 0.3}, "width_factor"),
+    ],
+)
 def test_bad_resnet_spec(resnet, match):
     with pytest.raises(ValueError, match=match):
-        keras_vit.VisionTransformer(resnet=resnet, patch_size=1, hidden_size=48, mlp_dim=96,
-                                    num_heads=4, num_layers=1, image_size=64)
+        keras_vit.VisionTransformer(
+            resnet=resnet,
+            patch_size=1,
+            hidden_size=48,
+            mlp_dim=96,
+            num_heads=4,
+            num_layers=1,
+            image_size=64,
+        )
 
 
 def test_image_size_whose_feature_map_misses_the_patches():
-    with pytest.raises(ValueError, match=r"image size 100x100 gives a ResNet feature map of "
-                                         r"25x25, not a multiple of the patch size 8x8"):
-        keras_vit.VisionTransformer(resnet=(), patch_size=8, hidden_size=48, mlp_dim=96,
-                                    num_heads=4, num_layers=1, image_size=100)
+    with pytest.raises(
+        ValueError,
+        match=r"image size 100x100 gives a ResNet feature map of "
+        r"25x25, not a multiple of the patch size 8x8",
+    ):
+        keras_vit.VisionTransformer(
+            resnet=(),
+            patch_size=8,
+            hidden_size=48,
+            mlp_dim=96,
+            num_heads=4,
+            num_layers=1,
+            image_size=100,
+        )

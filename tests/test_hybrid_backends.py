@@ -8,9 +8,9 @@ import sys
 
 import keras
 import numpy as np
+from numpy_resnet import hybrid_forward, random_hybrid_params, resnet_forward
 
 import keras_vit
-from numpy_resnet import hybrid_forward, random_hybrid_params, resnet_forward
 
 ATOL = 1e-4  # float32 vs float64 NumPy, the project's bar
 BACKEND_ATOL = 1e-5  # logits (O(1)), float32 TF vs float32 JAX
@@ -18,8 +18,15 @@ BACKEND_ATOL = 1e-5  # logits (O(1)), float32 TF vs float32 JAX
 # 62x59 px: conv_root sees 62 (even) and 59 (odd), the max-pool 31 and 30, the
 # stride-2 unit of block2 16 and 15; the 8x8 feature map makes a 4x4 grid.
 IMAGE_SIZE = (62, 59)
-MODEL_KW = dict(resnet=(1, 1), patch_size=2, hidden_size=48, mlp_dim=96, num_heads=4,
-                num_layers=2, image_size=IMAGE_SIZE)
+MODEL_KW = dict(
+    resnet=(1, 1),
+    patch_size=2,
+    hidden_size=48,
+    mlp_dim=96,
+    num_heads=4,
+    num_layers=2,
+    image_size=IMAGE_SIZE,
+)
 
 _WORKER = """
 import sys
@@ -37,8 +44,17 @@ np.savez(out, logits=logits, features=features)
 
 def test_jax_backend_equals_tensorflow_backend(tmp_path, rng):
     assert keras.backend.backend() == "tensorflow"
-    params = random_hybrid_params(resnet=(1, 1), patch=2, hidden=48, mlp=96, heads=4,
-                                  layers=2, grid=(4, 4), num_classes=6, seed=11)
+    params = random_hybrid_params(
+        resnet=(1, 1),
+        patch=2,
+        hidden=48,
+        mlp=96,
+        heads=4,
+        layers=2,
+        grid=(4, 4),
+        num_classes=6,
+        seed=11,
+    )
     ckpt, images, out = tmp_path / "ckpt.npz", tmp_path / "x.npy", tmp_path / "jax.npz"
     np.savez(ckpt, **params)
     x = rng.uniform(-1, 1, (2, *IMAGE_SIZE, 3)).astype(np.float32)
@@ -46,7 +62,11 @@ def test_jax_backend_equals_tensorflow_backend(tmp_path, rng):
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(
         [sys.executable, "-c", _WORKER.format(kw=MODEL_KW), str(ckpt), str(images), str(out)],
-        env=env, capture_output=True, text=True, timeout=300)
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     jax_out = np.load(out)
 

@@ -1,11 +1,11 @@
 """The hybrids' ResNet layers against the independent NumPy reference (numpy_resnet)."""
 
+import float_bounds as fb
 import keras
 import numpy as np
+import numpy_resnet as ref
 import pytest
 
-import float_bounds as fb
-import numpy_resnet as ref
 from keras_vit.layers.group_norm import group_norm
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStage, ResNetStem
 from keras_vit.layers.std_conv import StdConv2D
@@ -44,13 +44,25 @@ def test_std_conv_standardises_per_output_channel(rng):
     np.testing.assert_allclose(w.std(axis=(0, 1, 2)), raw_std / (raw_std + 1e-5), rtol=1e-6)
 
 
-@pytest.mark.parametrize("size,kernel,stride,expected", [
-    (7, 7, 2, 4), (8, 7, 2, 4), (224, 7, 2, 112), (225, 7, 2, 113),
-    (7, 3, 2, 4), (8, 3, 2, 4), (7, 1, 2, 4), (8, 1, 2, 4)])
+@pytest.mark.parametrize(
+    "size,kernel,stride,expected",
+    [
+        (7, 7, 2, 4),
+        (8, 7, 2, 4),
+        (224, 7, 2, 112),
+        (225, 7, 2, 113),
+        (7, 3, 2, 4),
+        (8, 3, 2, 4),
+        (7, 1, 2, 4),
+        (8, 1, 2, 4),
+    ],
+)
 def test_stride_two_same_shapes(size, kernel, stride, expected):
     layer = StdConv2D(2, kernel, strides=stride)
     assert layer.compute_output_shape((1, size, size + 1, 3))[1:3] == (
-        expected, -(-(size + 1) // stride))
+        expected,
+        -(-(size + 1) // stride),
+    )
     y = layer(np.zeros((1, size, size + 1, 3), np.float32))
     assert tuple(y.shape)[1:3] == (expected, -(-(size + 1) // stride))
 
@@ -67,7 +79,7 @@ def test_same_padding_is_tf_style():
     x = np.arange(8, dtype=np.float32).reshape(1, 8, 1, 1)
     w = ref.standardize(np.array([1.0, 0.0, -1.0]).reshape(3, 1, 1, 1))[:, 0, 0, 0]
     rows = np.pad(np.arange(8.0), (0, 1))
-    expected = [w @ rows[i:i + 3] for i in range(0, 8, 2)]
+    expected = [w @ rows[i : i + 3] for i in range(0, 8, 2)]
     np.testing.assert_allclose(_np(layer(x))[0, :, 0, 0], expected, atol=1e-5)
 
 
@@ -91,10 +103,13 @@ def test_group_norm_epsilon_is_1e_6():
     x = np.zeros((1, 2, 2, 32), np.float32)
     x[0, 0, 0, :] = 0.01
     y = _np(group_norm("gn")(x))
-    np.testing.assert_allclose(y, ref.group_norm(x.astype(np.float64), 1.0, 0.0, eps=1e-6),
-                               atol=1e-4)
-    assert abs(y[0, 0, 0, 0] - ref.group_norm(x.astype(np.float64), 1.0, 0.0, eps=0)[
-        0, 0, 0, 0]) > 1e-2
+    np.testing.assert_allclose(
+        y, ref.group_norm(x.astype(np.float64), 1.0, 0.0, eps=1e-6), atol=1e-4
+    )
+    assert (
+        abs(y[0, 0, 0, 0] - ref.group_norm(x.astype(np.float64), 1.0, 0.0, eps=0)[0, 0, 0, 0])
+        > 1e-2
+    )
 
 
 def _load_unit(unit, params, prefix):
@@ -104,10 +119,14 @@ def _load_unit(unit, params, prefix):
         norm.beta.assign(params[f"{prefix}/{norm.name}/bias"])
 
 
-@pytest.mark.parametrize("size,stride,in_channels", [
-    ((9, 8), 2, 64),     # projection and stride 2, odd and even sizes
-    ((6, 7), 1, 64),     # projection for the width only
-    ((6, 7), 1, 128)])   # identity residual
+@pytest.mark.parametrize(
+    "size,stride,in_channels",
+    [
+        ((9, 8), 2, 64),  # projection and stride 2, odd and even sizes
+        ((6, 7), 1, 64),  # projection for the width only
+        ((6, 7), 1, 128),
+    ],
+)  # identity residual
 def test_unit_matches_numpy(rng, size, stride, in_channels):
     features = 32
     x = rng.standard_normal((2, *size, in_channels)).astype(np.float32)
@@ -119,9 +138,9 @@ def test_unit_matches_numpy(rng, size, stride, in_channels):
     for conv, norm in unit.conv_norm_pairs():
         p[f"u/{conv.name}/kernel"] = rng_p.standard_normal(conv.kernel.shape).astype(np.float32)
         p[f"u/{norm.name}/scale"] = (1 + 0.3 * rng_p.standard_normal(norm.gamma.shape)).astype(
-            np.float32)
-        p[f"u/{norm.name}/bias"] = (0.2 * rng_p.standard_normal(norm.beta.shape)).astype(
-            np.float32)
+            np.float32
+        )
+        p[f"u/{norm.name}/bias"] = (0.2 * rng_p.standard_normal(norm.beta.shape)).astype(np.float32)
     _load_unit(unit, p, "u")
     p64 = {k: v.astype(np.float64) for k, v in p.items()}
     expected = ref.unit(x.astype(np.float64), p64, "u", features, stride)
@@ -168,9 +187,15 @@ def test_stem_and_stage_match_numpy(rng, size):
     fb.assert_within(y, value, bound, "ResNetStage")
 
 
-@pytest.mark.parametrize("layer", [
-    StdConv2D(8, 3, strides=2, name="c"), ResNetStem(32, name="root"),
-    BottleneckUnit(32, strides=2, name="unit1"), ResNetStage(2, 32, first_stride=2, name="b")])
+@pytest.mark.parametrize(
+    "layer",
+    [
+        StdConv2D(8, 3, strides=2, name="c"),
+        ResNetStem(32, name="root"),
+        BottleneckUnit(32, strides=2, name="unit1"),
+        ResNetStage(2, 32, first_stride=2, name="b"),
+    ],
+)
 def test_layer_config_round_trip(rng, layer):
     x = rng.standard_normal((1, 9, 10, 32)).astype(np.float32)
     y = _np(layer(x))
@@ -178,5 +203,6 @@ def test_layer_config_round_trip(rng, layer):
     clone.build(x.shape)
     clone.set_weights(layer.get_weights())
     np.testing.assert_array_equal(_np(clone(x)), y)
-    assert [w.path.split("/")[-2:] for w in clone.weights] == \
-        [w.path.split("/")[-2:] for w in layer.weights]
+    assert [w.path.split("/")[-2:] for w in clone.weights] == [
+        w.path.split("/")[-2:] for w in layer.weights
+    ]

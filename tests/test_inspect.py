@@ -11,8 +11,8 @@ import pytest
 import keras_vit
 from keras_vit import inspect as vit_inspect
 
-GRID = (3, 4)          # non-square, so rows/cols mix-ups show
-CELL = (5.0, 7.0)      # non-square pixel cells, likewise
+GRID = (3, 4)  # non-square, so rows/cols mix-ups show
+CELL = (5.0, 7.0)  # non-square pixel cells, likewise
 
 
 def random_attention(rng, layers, batch, heads, tokens):
@@ -27,8 +27,16 @@ def uniform_attention(layers, batch, heads, tokens):
 
 def tiny_model(classifier="token", **kwargs):
     return keras_vit.VisionTransformer(
-        image_size=(12, 16), patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
-        num_layers=2, classifier=classifier, num_classes=5, **kwargs)
+        image_size=(12, 16),
+        patch_size=4,
+        hidden_size=16,
+        mlp_dim=32,
+        num_heads=2,
+        num_layers=2,
+        classifier=classifier,
+        num_classes=5,
+        **kwargs,
+    )
 
 
 def make_attention_uniform(model):
@@ -43,13 +51,13 @@ def make_attention_uniform(model):
 def brute_force_mean_distance(grid, cell):
     """Mean Euclidean distance over all ordered pairs of cell centres, by loops."""
     rows, cols = grid
-    centres = [((r + 0.5) * cell[0], (c + 0.5) * cell[1])
-               for r in range(rows) for c in range(cols)]
+    centres = [((r + 0.5) * cell[0], (c + 0.5) * cell[1]) for r in range(rows) for c in range(cols)]
     total = sum(math.dist(a, b) for a, b in itertools.product(centres, repeat=2))
     return total / len(centres) ** 2
 
 
 # -- rollout -------------------------------------------------------------------------
+
 
 def test_rollout_rows_sum_to_one(rng):
     weights = random_attention(rng, layers=4, batch=2, heads=3, tokens=13)
@@ -61,8 +69,9 @@ def test_rollout_rows_sum_to_one(rng):
 
 def test_rollout_of_identity_attention_is_identity():
     weights = [np.broadcast_to(np.eye(13), (2, 3, 13, 13))] * 5
-    np.testing.assert_array_equal(vit_inspect.rollout(weights), np.broadcast_to(np.eye(13),
-                                                                                (2, 13, 13)))
+    np.testing.assert_array_equal(
+        vit_inspect.rollout(weights), np.broadcast_to(np.eye(13), (2, 13, 13))
+    )
 
 
 def test_rollout_averages_heads_adds_identity_and_multiplies_later_layers_on_the_left(rng):
@@ -119,6 +128,7 @@ def test_upsample_keeps_a_constant_map_and_sizes_it():
 
 # -- mean attention distance -------------------------------------------------------
 
+
 def test_attention_to_self_has_distance_zero():
     tokens = 1 + GRID[0] * GRID[1]
     weights = [np.broadcast_to(np.eye(tokens), (2, 3, tokens, tokens))] * 2
@@ -133,20 +143,27 @@ def test_uniform_attention_gives_the_grids_mean_pairwise_distance():
     for prefix in (0, 1):
         tokens = prefix + GRID[0] * GRID[1]
         distance = vit_inspect.mean_attention_distance(
-            uniform_attention(3, 2, 4, tokens), GRID, CELL, prefix)
+            uniform_attention(3, 2, 4, tokens), GRID, CELL, prefix
+        )
         np.testing.assert_allclose(distance, expected, rtol=1e-12)
 
 
 def test_attention_to_one_patch_gives_the_mean_distance_to_it():
     rows, cols = GRID
     weights = np.zeros((1, 2, rows * cols, rows * cols))
-    weights[:, 0, :, 0] = 1.0            # head 0: everyone looks at patch (0, 0)
+    weights[:, 0, :, 0] = 1.0  # head 0: everyone looks at patch (0, 0)
     weights[:, 1, :, rows * cols - 1] = 1.0  # head 1: at the last patch
     distance = vit_inspect.mean_attention_distance([weights], GRID, CELL, 0)
-    to_first = np.mean([math.hypot(r * CELL[0], c * CELL[1])
-                        for r in range(rows) for c in range(cols)])
-    to_last = np.mean([math.hypot((rows - 1 - r) * CELL[0], (cols - 1 - c) * CELL[1])
-                       for r in range(rows) for c in range(cols)])
+    to_first = np.mean(
+        [math.hypot(r * CELL[0], c * CELL[1]) for r in range(rows) for c in range(cols)]
+    )
+    to_last = np.mean(
+        [
+            math.hypot((rows - 1 - r) * CELL[0], (cols - 1 - c) * CELL[1])
+            for r in range(rows)
+            for c in range(cols)
+        ]
+    )
     np.testing.assert_allclose(distance[0], [to_first, to_last], rtol=1e-12)
 
 
@@ -164,11 +181,14 @@ def test_model_functions_give_the_same_numbers_in_chunks():
     images = np.random.default_rng(3).uniform(-1, 1, (4, 12, 16, 3)).astype("float32")
     weights = model.attention_weights(images)
     whole = vit_inspect.mean_attention_distance(weights, GRID, (4, 4), 1)
-    np.testing.assert_allclose(vit_inspect.attention_distance(model, images, batch_size=2),
-                               whole, rtol=1e-6)
-    np.testing.assert_allclose(vit_inspect.attention_maps(model, images, batch_size=2),
-                               vit_inspect.rollout_maps(vit_inspect.rollout(weights), GRID, 1),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        vit_inspect.attention_distance(model, images, batch_size=2), whole, rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        vit_inspect.attention_maps(model, images, batch_size=2),
+        vit_inspect.rollout_maps(vit_inspect.rollout(weights), GRID, 1),
+        rtol=1e-6,
+    )
 
 
 def test_attention_distance_rejects_a_wrong_grid():
@@ -177,6 +197,7 @@ def test_attention_distance_rejects_a_wrong_grid():
 
 
 # -- position-embedding similarity --------------------------------------------------
+
 
 def test_position_embedding_similarity_of_a_model():
     model = tiny_model("token")
@@ -187,20 +208,23 @@ def test_position_embedding_similarity_of_a_model():
     np.testing.assert_allclose(flat, flat.T, atol=1e-12)
     # Independently: the class token's embedding is left out, rows are the grid.
     table = keras.ops.convert_to_numpy(
-        model.get_layer("Transformer").position_embedding.pos_embedding)[0, 1:]
+        model.get_layer("Transformer").position_embedding.pos_embedding
+    )[0, 1:]
     a, b = table[1 * 4 + 2], table[2 * 4 + 0]
     assert similarity[1, 2, 2, 0] == pytest.approx(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
 def test_cosine_similarity_grid_rejects_zero_and_misshaped_embeddings():
     with pytest.raises(ValueError, match="index 3"):
-        vit_inspect.cosine_similarity_grid(np.eye(12)[:, :11] * (np.arange(12) != 3)[:, None]
-                                           + 0.0, GRID)
+        vit_inspect.cosine_similarity_grid(
+            np.eye(12)[:, :11] * (np.arange(12) != 3)[:, None] + 0.0, GRID
+        )
     with pytest.raises(ValueError, match=r"\(12, D\)"):
         vit_inspect.cosine_similarity_grid(np.ones((13, 4)), GRID)
 
 
 # -- embedding filters ------------------------------------------------------------
+
 
 def test_principal_components_are_orthonormal_and_find_the_main_direction(rng):
     direction = rng.normal(size=30)
@@ -232,13 +256,24 @@ def test_embedding_filter_components_of_a_model():
 
 def test_hybrid_maps_and_distances_work_and_its_filters_are_refused():
     # Stem-only ResNet (stride 4) then 2x2 patches: each token covers 8x8 pixels.
-    model = keras_vit.VisionTransformer(image_size=32, resnet=(), patch_size=2, hidden_size=16,
-                                        mlp_dim=32, num_heads=2, num_layers=2, num_classes=3)
+    model = keras_vit.VisionTransformer(
+        image_size=32,
+        resnet=(),
+        patch_size=2,
+        hidden_size=16,
+        mlp_dim=32,
+        num_heads=2,
+        num_layers=2,
+        num_classes=3,
+    )
     make_attention_uniform(model)
     images = np.zeros((2, 32, 32, 3), "float32")
     np.testing.assert_allclose(vit_inspect.attention_maps(model, images), 1.0 / 16, rtol=1e-5)
-    np.testing.assert_allclose(vit_inspect.attention_distance(model, images),
-                               brute_force_mean_distance((4, 4), (8, 8)), rtol=1e-5)
+    np.testing.assert_allclose(
+        vit_inspect.attention_distance(model, images),
+        brute_force_mean_distance((4, 4), (8, 8)),
+        rtol=1e-5,
+    )
     assert vit_inspect.position_embedding_similarity(model).shape == (4, 4, 4, 4)
     with pytest.raises(vit_inspect.NotMeaningfulError, match="hybrid"):
         vit_inspect.embedding_filter_components(model)

@@ -15,8 +15,16 @@ import keras_vit
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_CLASSES = 4
 IMAGE = 16
-MODEL = dict(image_size=IMAGE, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
-             num_layers=2, classifier="token", num_classes=NUM_CLASSES)
+MODEL = dict(
+    image_size=IMAGE,
+    patch_size=4,
+    hidden_size=16,
+    mlp_dim=32,
+    num_heads=2,
+    num_layers=2,
+    classifier="token",
+    num_classes=NUM_CLASSES,
+)
 
 
 def texture_images(rng, count, label):
@@ -30,8 +38,14 @@ def texture_images(rng, count, label):
 
 
 def run_tool(*args):
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    result = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -49,8 +63,12 @@ def data_dir(tmp_path_factory):
         labels = np.repeat(np.arange(NUM_CLASSES), count)
         splits[split] = (len(labels), zip(images[..., None], labels))
     out = str(tmp_path_factory.mktemp("textures"))
-    make_tfrecords.make_tfrecords((splits, [f"texture{k}" for k in range(NUM_CLASSES)], False),
-                                  out, examples_per_shard=20, progress=False)
+    make_tfrecords.make_tfrecords(
+        (splits, [f"texture{k}" for k in range(NUM_CLASSES)], False),
+        out,
+        examples_per_shard=20,
+        progress=False,
+    )
     return out
 
 
@@ -67,11 +85,21 @@ def run_dir(tmp_path_factory):
 
 def test_visualize_writes_the_four_figures(data_dir, run_dir, tmp_path):
     out = tmp_path / "figures"
-    run_tool("tools/visualize.py", f"--run_dir={run_dir}", f"--data_dir={data_dir}",
-             f"--output_dir={out}", "--num_images=3", "--distance_images=8",
-             "--num_components=6")
-    for name in ("attention_rollout", "attention_distance", "position_embedding_similarity",
-                 "embedding_filters"):
+    run_tool(
+        "tools/visualize.py",
+        f"--run_dir={run_dir}",
+        f"--data_dir={data_dir}",
+        f"--output_dir={out}",
+        "--num_images=3",
+        "--distance_images=8",
+        "--num_components=6",
+    )
+    for name in (
+        "attention_rollout",
+        "attention_distance",
+        "position_embedding_similarity",
+        "embedding_filters",
+    ):
         png = (out / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 2000, name
     numbers = json.loads((out / "inspect.json").read_text())
@@ -91,6 +119,7 @@ def test_images_are_read_from_files_and_tfrecords_and_a_bad_glob_is_named(data_d
     np.testing.assert_array_equal(labels, [0] * 6 + [1])  # file order, first shard first
     np.testing.assert_array_equal(images[..., 0], images[..., 2])  # grey -> RGB
     import tensorflow as tf
+
     pixels = (np.arange(64, dtype=np.uint8).reshape(8, 8, 1)) * 3
     (tmp_path / "a.png").write_bytes(tf.io.encode_png(pixels).numpy())
     images, labels = inspect_io.load_images(str(tmp_path / "*.png"), (8, 8), 5)
@@ -102,8 +131,14 @@ def test_images_are_read_from_files_and_tfrecords_and_a_bad_glob_is_named(data_d
 
 def test_fewshot_tool_reports_every_shot_count(data_dir, run_dir, tmp_path):
     output = tmp_path / "fewshot.json"
-    result = run_tool("tools/fewshot.py", f"--run_dir={run_dir}", f"--data_dir={data_dir}",
-                      "--shots=1,5,10", "--num_seeds=2", f"--output_json={output}")
+    result = run_tool(
+        "tools/fewshot.py",
+        f"--run_dir={run_dir}",
+        f"--data_dir={data_dir}",
+        "--shots=1,5,10",
+        "--num_seeds=2",
+        f"--output_json={output}",
+    )
     saved = json.loads(output.read_text())
     assert set(saved["results"]) == {"1", "5", "10"}
     for k in ("1", "5", "10"):
@@ -118,15 +153,18 @@ def test_fewshot_callback_evaluates_every_n_steps(data_dir):
 
     keras.utils.set_random_seed(4)
     model = keras_vit.VisionTransformer(**MODEL)
-    model.compile(optimizer="adam",
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    callback = fewshot_callback.FewShotCallback(data_dir, IMAGE, every_steps=2, shots=(1, 3),
-                                                num_seeds=2)
+    model.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    callback = fewshot_callback.FewShotCallback(
+        data_dir, IMAGE, every_steps=2, shots=(1, 3), num_seeds=2
+    )
     rng = np.random.default_rng(5)
     images = rng.uniform(-1, 1, (40, IMAGE, IMAGE, 3)).astype("float32")
     labels = rng.integers(0, NUM_CLASSES, 40)
-    history = model.fit(images, labels, batch_size=8, epochs=1, steps_per_epoch=3,
-                        callbacks=[callback], verbose=0)
+    history = model.fit(
+        images, labels, batch_size=8, epochs=1, steps_per_epoch=3, callbacks=[callback], verbose=0
+    )
     assert sorted(callback.history) == [2, 3]  # every 2 steps, and at the end
     for results in callback.history.values():
         assert set(results) == {1, 3}
@@ -136,6 +174,7 @@ def test_fewshot_callback_evaluates_every_n_steps(data_dir):
 
 def test_fewshot_from_config_is_off_without_fewshot_every(data_dir):
     import ml_collections
+
     from trainers import fewshot_callback
 
     config = ml_collections.ConfigDict({"image_size": IMAGE, "fewshot_every": 0})

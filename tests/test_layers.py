@@ -1,11 +1,10 @@
 """Each layer: shapes, get_config round trip, behaviour."""
 
+import float_bounds as fb
 import keras
 import numpy as np
 import pytest
 import scipy.special
-
-import float_bounds as fb
 
 from keras_vit import layers
 
@@ -16,15 +15,15 @@ LAYER_CASES = [
     (layers.MultiHeadSelfAttention(num_heads=2), (2, 7, 8), (2, 7, 8)),
     (layers.MlpBlock(mlp_dim=16), (2, 7, 8), (2, 7, 8)),
     (layers.EncoderBlock(num_heads=2, mlp_dim=16), (2, 7, 8), (2, 7, 8)),
-    (layers.Encoder(grid_size=(2, 3), num_layers=2, num_heads=2, mlp_dim=16), (2, 7, 8),
-     (2, 7, 8)),
+    (layers.Encoder(grid_size=(2, 3), num_layers=2, num_heads=2, mlp_dim=16), (2, 7, 8), (2, 7, 8)),
     (layers.TokenPooling("token"), (2, 7, 8), (2, 8)),
     (layers.TokenPooling("gap"), (2, 7, 8), (2, 8)),
 ]
 
 
-@pytest.mark.parametrize("layer,in_shape,out_shape", LAYER_CASES,
-                         ids=[type(c[0]).__name__ for c in LAYER_CASES])
+@pytest.mark.parametrize(
+    "layer,in_shape,out_shape", LAYER_CASES, ids=[type(c[0]).__name__ for c in LAYER_CASES]
+)
 def test_shapes_and_config_round_trip(layer, in_shape, out_shape, rng):
     x = rng.standard_normal(in_shape).astype("float32")
     y = keras.ops.convert_to_numpy(layer(x))
@@ -48,8 +47,9 @@ def test_attention_weights_sum_to_one_and_shape(rng):
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
     assert (weights >= 0).all()
     # The same output with and without the weights.
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(attention(x)),
-                               keras.ops.convert_to_numpy(out), atol=1e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(attention(x)), keras.ops.convert_to_numpy(out), atol=1e-5
+    )
 
 
 def test_attention_rejects_indivisible_heads():
@@ -67,11 +67,14 @@ def test_patch_embedding_is_row_major_flatten(rng):
     kernel, bias = kernel.astype(np.float64), bias.astype(np.float64)
     for r in range(2):
         for c in range(3):
-            patch = x[0, 2 * r:2 * r + 2, 3 * c:3 * c + 3].reshape(-1).astype(np.float64)
+            patch = x[0, 2 * r : 2 * r + 2, 3 * c : 3 * c + 3].reshape(-1).astype(np.float64)
             # 18 products and the bias: one float32 sum of 19 terms.
-            fb.assert_within(y[0, r * 3 + c], patch @ kernel + bias,
-                             fb.sum_bound(np.abs(patch) @ np.abs(kernel) + np.abs(bias), 19),
-                             f"patch ({r}, {c})")
+            fb.assert_within(
+                y[0, r * 3 + c],
+                patch @ kernel + bias,
+                fb.sum_bound(np.abs(patch) @ np.abs(kernel) + np.abs(bias), 19),
+                f"patch ({r}, {c})",
+            )
 
 
 def test_patch_embedding_rejects_non_multiple():
@@ -93,8 +96,12 @@ def test_position_embedding_resize_keeps_class_token_and_corners(rng):
     assert new.shape == (1, 1 + 35, 4)
     np.testing.assert_array_equal(new[:, 0], old[:, 0])
     grid_old, grid_new = old[0, 1:].reshape(3, 3, 4), new[0, 1:].reshape(5, 7, 4)
-    for (ro, co), (rn, cn) in [((0, 0), (0, 0)), ((0, 2), (0, 6)), ((2, 0), (4, 0)),
-                               ((2, 2), (4, 6))]:
+    for (ro, co), (rn, cn) in [
+        ((0, 0), (0, 0)),
+        ((0, 2), (0, 6)),
+        ((2, 0), (4, 0)),
+        ((2, 2), (4, 6)),
+    ]:
         np.testing.assert_allclose(grid_new[rn, cn], grid_old[ro, co], atol=1e-6)
     # Midpoints are averages of their neighbours (linear interpolation).
     np.testing.assert_allclose(grid_new[2, 0], grid_old[1, 0], atol=1e-6)
@@ -105,24 +112,30 @@ def test_mlp_uses_tanh_gelu_by_default(rng):
     mlp = layers.MlpBlock(mlp_dim=6)
     x = rng.standard_normal((2, 4)).astype("float32")
     mlp(x)
-    k0, b0, k1, b1 = (keras.ops.convert_to_numpy(w) for w in
-                      (mlp.dense_0.kernel, mlp.dense_0.bias, mlp.dense_1.kernel, mlp.dense_1.bias))
+    k0, b0, k1, b1 = (
+        keras.ops.convert_to_numpy(w)
+        for w in (mlp.dense_0.kernel, mlp.dense_0.bias, mlp.dense_1.kernel, mlp.dense_1.bias)
+    )
     k0, b0, k1, b1 = (w.astype(np.float64) for w in (k0, b0, k1, b1))
     x = x.astype(np.float64)
     h = x @ k0 + b0
     e_h = fb.sum_bound(np.abs(x) @ np.abs(k0) + np.abs(b0), 5)
-    z = np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)
+    z = np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)
     gelu = 0.5 * h * (1 + np.tanh(z))
     # Through GELU: |GELU'| <= 1.13 carries e_h; its own rounding is bounded by that of
     # tanh (a vectorised tanh is within 4 ulp = 8u, plus 4u|z| from z's own roundings,
     # damped by tanh's slope 1 - tanh^2), scaled by 0.5|h|, and a few u of |h| for the
     # polynomial and the products: 0.5|h|(8u + 4u|z|(1 - tanh^2 z)) + 4u|h|.
-    e_gelu = 1.13 * e_h + 0.5 * np.abs(h) * fb.U * (8 + 4 * np.abs(z) * (1 - np.tanh(z) ** 2)) \
+    e_gelu = (
+        1.13 * e_h
+        + 0.5 * np.abs(h) * fb.U * (8 + 4 * np.abs(z) * (1 - np.tanh(z) ** 2))
         + 4 * fb.U * np.abs(h)
+    )
     expected = gelu @ k1 + b1
     bound = fb.sum_bound(np.abs(gelu) @ np.abs(k1) + np.abs(b1), 7) + e_gelu @ np.abs(k1)
-    fb.assert_within(keras.ops.convert_to_numpy(mlp(x.astype("float32"))), expected, bound,
-                     "MlpBlock")
+    fb.assert_within(
+        keras.ops.convert_to_numpy(mlp(x.astype("float32"))), expected, bound, "MlpBlock"
+    )
     # The exact (erf) GELU is another function: its output is far outside the bound.
     erf_gelu = 0.5 * h * (1 + scipy.special.erf(h / np.sqrt(2)))
     assert np.abs(erf_gelu @ k1 + b1 - expected).max() > 10 * bound.max()
@@ -140,6 +153,7 @@ def test_layer_norm_epsilon_and_initialisers():
 
 def test_flattened_xavier_limit():
     from keras_vit.initializers import FlatGlorotUniform
+
     values = keras.ops.convert_to_numpy(FlatGlorotUniform(in_axes=2)((12, 64, 768)))
     limit = np.sqrt(6 / (768 + 768))
     assert np.abs(values).max() <= limit

@@ -1,4 +1,5 @@
 """tools/make_tfrecords.py: Fashion-MNIST IDX, image folders; deterministic, manifest."""
+
 import hashlib
 import json
 import os
@@ -13,119 +14,162 @@ from trainers import input_pipeline as ip
 from trainers import testing
 
 sys.path.insert(0, os.path.join(testing.ROOT, "tools"))
-import make_tfrecords  # pylint: disable=g-import-not-at-top,wrong-import-position
+import make_tfrecords
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
 
 
 def _digest(d):
-  return {f: hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest()
-          for f in sorted(os.listdir(d))}
+    return {
+        f: hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest()
+        for f in sorted(os.listdir(d))
+    }
 
 
-@pytest.mark.skipif(not os.path.exists(f"{FMNIST}/t10k-labels-idx1-ubyte.gz"),
-                    reason="Fashion-MNIST IDX files not installed (make data)")
+@pytest.mark.skipif(
+    not os.path.exists(f"{FMNIST}/t10k-labels-idx1-ubyte.gz"),
+    reason="Fashion-MNIST IDX files not installed (make data)",
+)
 def test_fashion_mnist_cli(tmp_path):
-  out = tmp_path / "fm"
-  r = subprocess.run([sys.executable, "tools/make_tfrecords.py", "--source=fashion_mnist",
-                      f"--output_dir={out}", "--max_examples=50", "--examples_per_shard=20"],
-                     cwd=testing.ROOT, capture_output=True, text=True, env=testing.env())
-  assert r.returncode == 0, r.stderr[-2000:]
-  manifest = json.loads((out / "manifest.json").read_text())
-  assert manifest["num_classes"] == 10 and manifest["class_names"][9] == "Ankle boot"
-  assert manifest["splits"]["train"]["count"] == 50
-  assert [s["count"] for s in manifest["splits"]["train"]["shards"]] == [17, 17, 16]
-  labels = make_tfrecords.read_idx(f"{FMNIST}/train-labels-idx1-ubyte.gz")[:50]
-  images = make_tfrecords.read_idx(f"{FMNIST}/train-images-idx3-ubyte.gz")[:50]
-  ds = ip.eval_dataset(str(out), split="train", batch_size=50, image_size=28, num_classes=10)
-  x, y, _ = next(iter(ds))
-  np.testing.assert_array_equal(y.numpy(), labels)
-  np.testing.assert_allclose(x.numpy()[..., 0], images / 127.5 - 1.0, atol=1e-6)
-  np.testing.assert_array_equal(x.numpy()[..., 0], x.numpy()[..., 2])  # gray -> 3 channels
+    out = tmp_path / "fm"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "tools/make_tfrecords.py",
+            "--source=fashion_mnist",
+            f"--output_dir={out}",
+            "--max_examples=50",
+            "--examples_per_shard=20",
+        ],
+        cwd=testing.ROOT,
+        capture_output=True,
+        text=True,
+        env=testing.env(),
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["num_classes"] == 10 and manifest["class_names"][9] == "Ankle boot"
+    assert manifest["splits"]["train"]["count"] == 50
+    assert [s["count"] for s in manifest["splits"]["train"]["shards"]] == [17, 17, 16]
+    labels = make_tfrecords.read_idx(f"{FMNIST}/train-labels-idx1-ubyte.gz")[:50]
+    images = make_tfrecords.read_idx(f"{FMNIST}/train-images-idx3-ubyte.gz")[:50]
+    ds = ip.eval_dataset(str(out), split="train", batch_size=50, image_size=28, num_classes=10)
+    x, y, _ = next(iter(ds))
+    np.testing.assert_array_equal(y.numpy(), labels)
+    np.testing.assert_allclose(x.numpy()[..., 0], images / 127.5 - 1.0, atol=1e-6)
+    np.testing.assert_array_equal(x.numpy()[..., 0], x.numpy()[..., 2])  # gray -> 3 channels
 
 
 def test_folder_source_is_deterministic(tmp_path):
-  root = tmp_path / "images"
-  for split in ("train", "test"):
-    for c, cls in enumerate(("cat", "dog")):
-      (root / split / cls).mkdir(parents=True)
-      for i in range(3):
-        img = np.full((5, 7, 3), 40 * i + c, np.uint8)
-        (root / split / cls / f"{i}.png").write_bytes(tf.io.encode_png(img).numpy())
-  (root / "train" / "cat" / "notes.txt").write_text("not an image")
-  a, b = tmp_path / "a", tmp_path / "b"
-  for out in (a, b):
-    m = make_tfrecords.make_tfrecords(f"folder:{root}", str(out), examples_per_shard=4,
-                                      progress=False)
-  assert _digest(a) == _digest(b)
-  assert m["class_names"] == ["cat", "dog"] and m["splits"]["train"]["count"] == 6
-  assert len(m["splits"]["train"]["shards"]) == 2
-  record = next(iter(tf.data.TFRecordDataset(str(a / m["splits"]["train"]["shards"][0]["file"]))))
-  ex = tf.train.Example.FromString(record.numpy())
-  assert ex.features.feature["image/class/label"].int64_list.value == [0]
-  assert ex.features.feature["image/encoded"].bytes_list.value[0][:4] == b"\x89PNG"
+    root = tmp_path / "images"
+    for split in ("train", "test"):
+        for c, cls in enumerate(("cat", "dog")):
+            (root / split / cls).mkdir(parents=True)
+            for i in range(3):
+                img = np.full((5, 7, 3), 40 * i + c, np.uint8)
+                (root / split / cls / f"{i}.png").write_bytes(tf.io.encode_png(img).numpy())
+    (root / "train" / "cat" / "notes.txt").write_text("not an image")
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        m = make_tfrecords.make_tfrecords(
+            f"folder:{root}", str(out), examples_per_shard=4, progress=False
+        )
+    assert _digest(a) == _digest(b)
+    assert m["class_names"] == ["cat", "dog"] and m["splits"]["train"]["count"] == 6
+    assert len(m["splits"]["train"]["shards"]) == 2
+    record = next(iter(tf.data.TFRecordDataset(str(a / m["splits"]["train"]["shards"][0]["file"]))))
+    ex = tf.train.Example.FromString(record.numpy())
+    assert ex.features.feature["image/class/label"].int64_list.value == [0]
+    assert ex.features.feature["image/encoded"].bytes_list.value[0][:4] == b"\x89PNG"
 
 
 def test_multi_label_examples_round_trip(tmp_path):
-  images = np.zeros((3, 8, 8), np.uint8)
-  labels = [[0, 2], [1], [0, 1, 2]]
-  make_tfrecords.make_tfrecords(({"train": (3, zip(images, labels))}, ["a", "b", "c"], True),
-                                str(tmp_path), progress=False)
-  ds = ip.eval_dataset(str(tmp_path), split="train", batch_size=3, image_size=8,
-                       num_classes=3, multi_label=True)
-  _, y, _ = next(iter(ds))
-  np.testing.assert_array_equal(y.numpy(), [[1, 0, 1], [0, 1, 0], [1, 1, 1]])
+    images = np.zeros((3, 8, 8), np.uint8)
+    labels = [[0, 2], [1], [0, 1, 2]]
+    make_tfrecords.make_tfrecords(
+        ({"train": (3, zip(images, labels))}, ["a", "b", "c"], True), str(tmp_path), progress=False
+    )
+    ds = ip.eval_dataset(
+        str(tmp_path), split="train", batch_size=3, image_size=8, num_classes=3, multi_label=True
+    )
+    _, y, _ = next(iter(ds))
+    np.testing.assert_array_equal(y.numpy(), [[1, 0, 1], [0, 1, 0], [1, 1, 1]])
 
 
 def test_unknown_source_and_missing_files(tmp_path):
-  with pytest.raises(ValueError, match="--source"):
-    make_tfrecords.get_source("bogus")
-  with pytest.raises(FileNotFoundError, match="dataset-fashion-mnist"):
-    make_tfrecords.get_source("fashion_mnist", fashion_mnist_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="--source"):
+        make_tfrecords.get_source("bogus")
+    with pytest.raises(FileNotFoundError, match="dataset-fashion-mnist"):
+        make_tfrecords.get_source("fashion_mnist", fashion_mnist_dir=str(tmp_path))
 
 
 def _two_class_tree(root, junk=()):
-  for c, cls in enumerate(("cat", "dog")):
-    (root / cls).mkdir(parents=True)
-    for i in range(2):
-      img = np.full((4, 4, 3), 30 * i + c, np.uint8)
-      (root / cls / f"{i}.png").write_bytes(tf.io.encode_png(img).numpy())
-  for name in junk:
-    (root / name).write_bytes(b"junk\n")
+    for c, cls in enumerate(("cat", "dog")):
+        (root / cls).mkdir(parents=True)
+        for i in range(2):
+            img = np.full((4, 4, 3), 30 * i + c, np.uint8)
+            (root / cls / f"{i}.png").write_bytes(tf.io.encode_png(img).numpy())
+    for name in junk:
+        (root / name).write_bytes(b"junk\n")
 
 
 def test_undecodable_image_is_skipped_counted_and_named(tmp_path):
-  root = tmp_path / "images"
-  _two_class_tree(root, junk=["cat/x.jpg"])
-  r = subprocess.run([sys.executable, "tools/make_tfrecords.py", f"--source=folder:{root}",
-                      f"--output_dir={tmp_path / 'out'}", "--noprogress"],
-                     cwd=testing.ROOT, capture_output=True, text=True, env=testing.env())
-  assert r.returncode == 0, r.stderr[-2000:]
-  assert f"skipping {root / 'cat' / 'x.jpg'}: not a decodable image (5 bytes)" in r.stderr
-  assert "train: 4 (1 skipped)" in r.stdout
-  split = json.loads((tmp_path / "out" / "manifest.json").read_text())["splits"]["train"]
-  assert split["count"] == 4 and split["skipped"] == 1
-  assert split["skipped_examples"] == [str(root / "cat" / "x.jpg")]
-  ds = ip.eval_dataset(str(tmp_path / "out"), split="train", batch_size=8, image_size=4,
-                       num_classes=2)
-  _, labels, weights = next(iter(ds))  # padded to the batch with weight 0
-  assert sorted(labels.numpy()[weights.numpy() > 0].tolist()) == [0, 0, 1, 1]
+    root = tmp_path / "images"
+    _two_class_tree(root, junk=["cat/x.jpg"])
+    r = subprocess.run(
+        [
+            sys.executable,
+            "tools/make_tfrecords.py",
+            f"--source=folder:{root}",
+            f"--output_dir={tmp_path / 'out'}",
+            "--noprogress",
+        ],
+        cwd=testing.ROOT,
+        capture_output=True,
+        text=True,
+        env=testing.env(),
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"skipping {root / 'cat' / 'x.jpg'}: not a decodable image (5 bytes)" in r.stderr
+    assert "train: 4 (1 skipped)" in r.stdout
+    split = json.loads((tmp_path / "out" / "manifest.json").read_text())["splits"]["train"]
+    assert split["count"] == 4 and split["skipped"] == 1
+    assert split["skipped_examples"] == [str(root / "cat" / "x.jpg")]
+    ds = ip.eval_dataset(
+        str(tmp_path / "out"), split="train", batch_size=8, image_size=4, num_classes=2
+    )
+    _, labels, weights = next(iter(ds))  # padded to the batch with weight 0
+    assert sorted(labels.numpy()[weights.numpy() > 0].tolist()) == [0, 0, 1, 1]
 
 
 def test_strict_makes_an_undecodable_image_fatal(tmp_path):
-  root = tmp_path / "images"
-  _two_class_tree(root, junk=["dog/bad.png"])
-  r = subprocess.run([sys.executable, "tools/make_tfrecords.py", f"--source=folder:{root}",
-                      f"--output_dir={tmp_path / 'out'}", "--strict", "--noprogress"],
-                     cwd=testing.ROOT, capture_output=True, text=True, env=testing.env())
-  assert r.returncode == 2
-  assert f"error: {root / 'dog' / 'bad.png'}: not a decodable image" in r.stderr
+    root = tmp_path / "images"
+    _two_class_tree(root, junk=["dog/bad.png"])
+    r = subprocess.run(
+        [
+            sys.executable,
+            "tools/make_tfrecords.py",
+            f"--source=folder:{root}",
+            f"--output_dir={tmp_path / 'out'}",
+            "--strict",
+            "--noprogress",
+        ],
+        cwd=testing.ROOT,
+        capture_output=True,
+        text=True,
+        env=testing.env(),
+    )
+    assert r.returncode == 2
+    assert f"error: {root / 'dog' / 'bad.png'}: not a decodable image" in r.stderr
 
 
 def test_one_class_folder_is_an_error(tmp_path):
-  root = tmp_path / "images"
-  (root / "cat").mkdir(parents=True)
-  (root / "cat" / "0.png").write_bytes(tf.io.encode_png(np.zeros((4, 4, 3), np.uint8)).numpy())
-  with pytest.raises(ValueError, match=r"1 class folder\(s\) \['cat'\]; a classifier needs "
-                                       r"at least two"):
-    make_tfrecords.folder_source(str(root))
+    root = tmp_path / "images"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "0.png").write_bytes(tf.io.encode_png(np.zeros((4, 4, 3), np.uint8)).numpy())
+    with pytest.raises(
+        ValueError,
+        match=r"1 class folder\(s\) \['cat'\]; a classifier needs "
+        r"at least two",
+    ):
+        make_tfrecords.folder_source(str(root))

@@ -11,8 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit import masked_patch
-from keras_vit.layers.patch_corruption import (KEPT, MASKED, REPLACED, UNCHANGED,
-                                               PatchCorruption)
+from keras_vit.layers.patch_corruption import KEPT, MASKED, REPLACED, UNCHANGED, PatchCorruption
 
 # Sampling error bounds below are Z standard deviations of the binomial: a correct
 # implementation fails one of them with probability < 1e-5.
@@ -21,17 +20,26 @@ Z = 5.0
 
 def tiny_vit(classifier="token", image_size=16, patch_size=4):
     return keras_vit.VisionTransformer(
-        image_size=image_size, patch_size=patch_size, hidden_size=16, mlp_dim=32,
-        num_heads=2, num_layers=1, classifier=classifier, num_classes=5)
+        image_size=image_size,
+        patch_size=patch_size,
+        hidden_size=16,
+        mlp_dim=32,
+        num_heads=2,
+        num_layers=1,
+        classifier=classifier,
+        num_classes=5,
+    )
 
 
 # -- Corruption ---------------------------------------------------------------------
+
 
 def test_corruption_statistics_match_50_percent_and_80_10_10():
     batch, tokens = 4096, 64
     layer = PatchCorruption(seed=3)
     kinds = keras.ops.convert_to_numpy(
-        layer.corruption_kinds(np.zeros((batch, tokens, 4), "float32")))
+        layer.corruption_kinds(np.zeros((batch, tokens, 4), "float32"))
+    )
     corrupted = kinds != KEPT
     # Exactly half of every image's patches are corrupted ...
     np.testing.assert_array_equal(corrupted.sum(axis=1), np.full(batch, tokens // 2))
@@ -63,8 +71,9 @@ def test_corruption_replaces_as_the_kinds_say(rng):
 
     keep = (kinds == KEPT) | (kinds == UNCHANGED)
     np.testing.assert_array_equal(out[keep], x[keep])
-    np.testing.assert_array_equal(out[kinds == MASKED],
-                                  np.broadcast_to(mask, out[kinds == MASKED].shape))
+    np.testing.assert_array_equal(
+        out[kinds == MASKED], np.broadcast_to(mask, out[kinds == MASKED].shape)
+    )
     # A replaced patch is another patch of the same image, never itself; all
     # other positions occur.
     offsets = []
@@ -93,12 +102,15 @@ def test_corruption_layer_output_and_mask(rng):
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(corrupted_again), corrupted)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(corruption_rate=0.0), "corruption_rate"),
-    (dict(corruption_rate=1.5), "corruption_rate"),
-    (dict(mask_prob=0.95, random_prob=0.1), "sum to at most 1"),
-    (dict(random_prob=-0.1), "must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(corruption_rate=0.0), "corruption_rate"),
+        (dict(corruption_rate=1.5), "corruption_rate"),
+        (dict(mask_prob=0.95, random_prob=0.1), "sum to at most 1"),
+        (dict(random_prob=-0.1), "must be >= 0"),
+    ],
+)
 def test_corruption_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PatchCorruption(**kwargs)
@@ -111,6 +123,7 @@ def test_corruption_needs_two_patches_for_random_replacement():
 
 # -- Targets ------------------------------------------------------------------------
 
+
 def _image_of_patches(patches, patch=4):
     """A 2x2-patch image in [-1, 1] from four (patch, patch, 3) uint8 patches."""
     top = np.concatenate(patches[:2], axis=1)
@@ -121,23 +134,25 @@ def _image_of_patches(patches, patch=4):
 
 def test_rgb_targets_of_hand_made_patches():
     red = np.zeros((4, 4, 3), np.uint8)
-    red[..., 0] = 255                                  # R 255 -> 7: 7 * 64
+    red[..., 0] = 255  # R 255 -> 7: 7 * 64
     edges = np.zeros((4, 4, 3), np.uint8)
     edges[..., 0], edges[..., 1], edges[..., 2] = 32, 31, 224  # 1, 0, 7 -> 64 + 7
     mixed = np.zeros((4, 4, 3), np.uint8)
-    mixed[:2, :, 0] = 64                               # R mean 32 -> 1
-    mixed[..., 1] = 100                                # G 100 -> 3
-    mixed[:, :2, 2] = 191                              # B mean 95.5 -> 2
+    mixed[:2, :, 0] = 64  # R mean 32 -> 1
+    mixed[..., 1] = 100  # G 100 -> 3
+    mixed[:, :2, 2] = 191  # B mean 95.5 -> 2
     black = np.zeros((4, 4, 3), np.uint8)
     targets = masked_patch.mean_colour_targets(_image_of_patches([red, edges, mixed, black]), 4)
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(targets),
-                                  [[448, 71, 64 + 3 * 8 + 2, 0]])
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(targets), [[448, 71, 64 + 3 * 8 + 2, 0]]
+    )
     assert masked_patch.num_target_classes("rgb") == 512
 
 
 def test_intensity_targets_of_hand_made_patches():
     def grey(v):
         return np.full((4, 4, 3), v, np.uint8)
+
     colour = np.zeros((4, 4, 3), np.uint8)
     colour[..., 0], colour[..., 1], colour[..., 2] = 255, 96, 0  # mean 117 -> 3
     image = _image_of_patches([grey(0), grey(128), colour, grey(255)])
@@ -145,8 +160,11 @@ def test_intensity_targets_of_hand_made_patches():
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(targets), [[0, 4, 3, 7]])
     assert masked_patch.num_target_classes("intensity") == 8
     # On grayscale images the RGB class carries the same information.
-    rgb = keras.ops.convert_to_numpy(masked_patch.mean_colour_targets(
-        _image_of_patches([grey(0), grey(128), grey(40), grey(255)]), 4))
+    rgb = keras.ops.convert_to_numpy(
+        masked_patch.mean_colour_targets(
+            _image_of_patches([grey(0), grey(128), grey(40), grey(255)]), 4
+        )
+    )
     np.testing.assert_array_equal(rgb, [[0, 4 * 73, 1 * 73, 7 * 73]])
 
 
@@ -160,6 +178,7 @@ def test_targets_bad_input():
 
 
 # -- Loss ---------------------------------------------------------------------------
+
 
 def _log_softmax(z):
     z = z - z.max(-1, keepdims=True)
@@ -184,16 +203,19 @@ def test_unmasked_positions_do_not_contribute_to_the_loss(rng):
     other[..., :classes] += 5.0 * rng.normal(size=logits.shape) * (1 - mask)[..., None]
     other_targets = np.where(mask == 1, targets, (targets + 1) % classes)
     np.testing.assert_array_equal(
-        keras.ops.convert_to_numpy(masked_patch.masked_patch_cross_entropy(other_targets,
-                                                                           other)), loss)
+        keras.ops.convert_to_numpy(masked_patch.masked_patch_cross_entropy(other_targets, other)),
+        loss,
+    )
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="uses tf.GradientTape")
 def test_unmasked_positions_get_no_gradient(rng):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
+
     mask = np.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 1]], "float32")
-    packed = tf.Variable(np.concatenate(
-        [rng.normal(size=(2, 5, 8)).astype("float32"), mask[..., None]], axis=-1))
+    packed = tf.Variable(
+        np.concatenate([rng.normal(size=(2, 5, 8)).astype("float32"), mask[..., None]], axis=-1)
+    )
     targets = rng.integers(0, 8, (2, 5))
     with tf.GradientTape() as tape:
         total = tf.reduce_sum(masked_patch.masked_patch_cross_entropy(targets, packed))
@@ -204,15 +226,17 @@ def test_unmasked_positions_get_no_gradient(rng):
 
 def test_accuracy_counts_corrupted_positions_only():
     logits = np.zeros((1, 4, 3), "float32")
-    logits[0, :, 1] = 1.0                   # predicts class 1 everywhere
+    logits[0, :, 1] = 1.0  # predicts class 1 everywhere
     targets = np.array([[1, 1, 0, 0]])
     mask = np.array([[1, 0, 1, 0]], "float32")  # one right, one wrong; others ignored
     packed = np.concatenate([logits, mask[..., None]], axis=-1)
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(masked_patch.masked_patch_accuracy(targets, packed)), [0.5])
+        keras.ops.convert_to_numpy(masked_patch.masked_patch_accuracy(targets, packed)), [0.5]
+    )
 
 
 # -- The model ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("classifier", ["token", "gap"])
 def test_predictor_shapes_and_shared_weights(classifier):
@@ -238,10 +262,12 @@ def test_a_few_steps_reduce_the_loss(rng):
     # Each image is one random grey level: a corrupted patch's class is readable
     # from the uncorrupted patches of its image, and from nothing else.
     levels = rng.integers(0, 256, 128)
-    images = np.broadcast_to((levels / 127.5 - 1.0)[:, None, None, None],
-                             (128, 12, 12, 3)).astype("float32")
-    model = masked_patch.MaskedPatchPredictor(tiny_vit("gap", image_size=12),
-                                              target="intensity", seed=0)
+    images = np.broadcast_to((levels / 127.5 - 1.0)[:, None, None, None], (128, 12, 12, 3)).astype(
+        "float32"
+    )
+    model = masked_patch.MaskedPatchPredictor(
+        tiny_vit("gap", image_size=12), target="intensity", seed=0
+    )
     targets = model.targets(images)
     loss = masked_patch.MaskedPatchLoss()
 
@@ -262,8 +288,9 @@ def test_a_few_steps_reduce_the_loss(rng):
 
 
 def test_predictor_serialisation_round_trip(tmp_path, rng):
-    model = masked_patch.MaskedPatchPredictor(tiny_vit(), target="rgb", bits=2,
-                                              corruption_rate=0.25, seed=7)
+    model = masked_patch.MaskedPatchPredictor(
+        tiny_vit(), target="rgb", bits=2, corruption_rate=0.25, seed=7
+    )
     model(np.zeros((1, 16, 16, 3), "float32"))
     model.backbone.get_layer("head").bias.assign(np.arange(5, dtype="float32"))
     path = str(tmp_path / "ssl.keras")
@@ -278,7 +305,8 @@ def test_predictor_serialisation_round_trip(tmp_path, rng):
     # The backbone's own (unused) head is saved and restored too.
     np.testing.assert_array_equal(
         keras.ops.convert_to_numpy(loaded.backbone.get_layer("head").bias),
-        keras.ops.convert_to_numpy(model.backbone.get_layer("head").bias))
+        keras.ops.convert_to_numpy(model.backbone.get_layer("head").bias),
+    )
 
 
 def test_runs_on_the_jax_backend(tmp_path):
@@ -303,7 +331,13 @@ def test_runs_on_the_jax_backend(tmp_path):
         print("ok")
     """)
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                            text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("ok")

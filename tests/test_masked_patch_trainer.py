@@ -25,102 +25,126 @@ TINY_MODEL = dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1, patch_s
 
 
 def _tiny(config, **keys):
-  config.model.update(TINY_MODEL)
-  config.update(dict(batch_size=16, warmup_steps=1, eval_batch_size=32, total_steps=2,
-                     checkpoint_every=2, jit_compile=False, **keys))
-  return config
+    config.model.update(TINY_MODEL)
+    config.update(
+        dict(
+            batch_size=16,
+            warmup_steps=1,
+            eval_batch_size=32,
+            total_steps=2,
+            checkpoint_every=2,
+            jit_compile=False,
+            **keys,
+        )
+    )
+    return config
 
 
 def _h5_arrays(path):
-  out = {}
-  with h5py.File(path, "r") as f:
-    f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
-                 if isinstance(obj, h5py.Dataset) else None)
-  return out
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(
+            lambda name, obj: (
+                out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
+    return out
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-  path = str(tmp_path_factory.mktemp("data"))
-  testing.make_tiny_data(path, n_train=64, n_test=32, per_shard=32)
-  return path
+    path = str(tmp_path_factory.mktemp("data"))
+    testing.make_tiny_data(path, n_train=64, n_test=32, per_shard=32)
+    return path
 
 
 def test_pretrain_exports_the_plain_vit_and_finetune_loads_it(data_dir, tmp_path):
-  ssl = str(tmp_path / "ssl")
-  config = app.resolve_config(_tiny(fashion_mnist_masked_patch.get_config()), "pretrain")
-  metrics = train_lib.run(config, data_dir=data_dir, model_dir=ssl,
-                          strategy=tf.distribute.get_strategy())
-  assert metrics["step"] == 2
-  assert 0.0 <= metrics["test_accuracy"] <= 1.0
-  assert math.isfinite(metrics["eval_loss"]) and metrics["eval_loss"] < math.log(8) + 0.1
+    ssl = str(tmp_path / "ssl")
+    config = app.resolve_config(_tiny(fashion_mnist_masked_patch.get_config()), "pretrain")
+    metrics = train_lib.run(
+        config, data_dir=data_dir, model_dir=ssl, strategy=tf.distribute.get_strategy()
+    )
+    assert metrics["step"] == 2
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0
+    assert math.isfinite(metrics["eval_loss"]) and metrics["eval_loss"] < math.log(8) + 0.1
 
-  # The pre-training state has the [mask] embedding and the per-token head ...
-  checkpoint = _h5_arrays(os.path.join(ssl, "checkpoints", "latest.weights.h5"))
-  assert any("patch_corruption" in k for k in checkpoint)
-  assert any("masked_patch_head" in k for k in checkpoint)
-  # ... the export is an ordinary ViT without them.
-  exported = _h5_arrays(os.path.join(ssl, "model.weights.h5"))
-  assert not any("patch_corruption" in k or "masked_patch_head" in k for k in exported)
-  with open(os.path.join(ssl, "model_config.json")) as f:
-    model_config = json.load(f)
-  assert model_config["num_classes"] == 4 and model_config["include_top"]
-  plain = keras_vit.VisionTransformer.from_config(model_config)
-  assert len(exported) == len(plain.weights)
+    # The pre-training state has the [mask] embedding and the per-token head ...
+    checkpoint = _h5_arrays(os.path.join(ssl, "checkpoints", "latest.weights.h5"))
+    assert any("patch_corruption" in k for k in checkpoint)
+    assert any("masked_patch_head" in k for k in checkpoint)
+    # ... the export is an ordinary ViT without them.
+    exported = _h5_arrays(os.path.join(ssl, "model.weights.h5"))
+    assert not any("patch_corruption" in k or "masked_patch_head" in k for k in exported)
+    with open(os.path.join(ssl, "model_config.json")) as f:
+        model_config = json.load(f)
+    assert model_config["num_classes"] == 4 and model_config["include_top"]
+    plain = keras_vit.VisionTransformer.from_config(model_config)
+    assert len(exported) == len(plain.weights)
 
-  # The fine-tune loader (finetune.py --init=SSL) builds that ViT and loads it.
-  ft_config = app.resolve_config(_tiny(fashion_mnist.get_config()), "finetune")
-  make_model, weights = train_lib.model_factory(ft_config, init=ssl)
-  assert weights == os.path.join(ssl, "model.weights.h5")
-  finetune_model = make_model(num_classes=4)
-  train_lib.load_init(finetune_model, ssl, weights)
+    # The fine-tune loader (finetune.py --init=SSL) builds that ViT and loads it.
+    ft_config = app.resolve_config(_tiny(fashion_mnist.get_config()), "finetune")
+    make_model, weights = train_lib.model_factory(ft_config, init=ssl)
+    assert weights == os.path.join(ssl, "model.weights.h5")
+    finetune_model = make_model(num_classes=4)
+    train_lib.load_init(finetune_model, ssl, weights)
 
-  # Every shared weight equals the pre-trained one (rebuilt from the checkpoint).
-  objective = objectives.get("masked_patch")
-  ssl_model = objective.build_model(train_lib.model_factory(config)[0], config, 4)
-  ssl_model.load_weights(os.path.join(ssl, "checkpoints", "latest.weights.h5"),
-                         skip_mismatch=False)
-  for name in ("embedding", "Transformer"):
-    got = finetune_model.get_layer(name).get_weights()
-    want = ssl_model.get_layer(name).get_weights()
-    assert len(got) == len(want) > 0
-    for g, w in zip(got, want):
-      np.testing.assert_array_equal(g, w)
-  # The classification head was not trained by the pre-training: still zeros.
-  assert not finetune_model.get_layer("head").get_weights()[0].any()
-  assert "patch_corruption" not in {layer.name for layer in finetune_model.layers}
+    # Every shared weight equals the pre-trained one (rebuilt from the checkpoint).
+    objective = objectives.get("masked_patch")
+    ssl_model = objective.build_model(train_lib.model_factory(config)[0], config, 4)
+    ssl_model.load_weights(
+        os.path.join(ssl, "checkpoints", "latest.weights.h5"), skip_mismatch=False
+    )
+    for name in ("embedding", "Transformer"):
+        got = finetune_model.get_layer(name).get_weights()
+        want = ssl_model.get_layer(name).get_weights()
+        assert len(got) == len(want) > 0
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    # The classification head was not trained by the pre-training: still zeros.
+    assert not finetune_model.get_layer("head").get_weights()[0].any()
+    assert "patch_corruption" not in {layer.name for layer in finetune_model.layers}
 
 
 def test_map_batch_ignores_labels_and_gives_mean_colour_targets(rng):
-  config = app.resolve_config(_tiny(fashion_mnist_masked_patch.get_config()), "pretrain")
-  objective = objectives.get("masked_patch")
-  model = objective.build_model(train_lib.model_factory(config)[0], config, 10)
-  assert model.num_classes == 8 and model.image_patch_size == (7, 7)
-  images = tf.constant(rng.uniform(-1, 1, (2, 28, 28, 3)).astype("float32"))
-  x, y = objective.map_batch(config, 10)(images, tf.constant([3, 5]))
-  np.testing.assert_array_equal(x.numpy(), images.numpy())
-  expected = masked_patch.mean_colour_targets(images, 7, "intensity")
-  np.testing.assert_array_equal(y.numpy(), keras.ops.convert_to_numpy(expected))
+    config = app.resolve_config(_tiny(fashion_mnist_masked_patch.get_config()), "pretrain")
+    objective = objectives.get("masked_patch")
+    model = objective.build_model(train_lib.model_factory(config)[0], config, 10)
+    assert model.num_classes == 8 and model.image_patch_size == (7, 7)
+    images = tf.constant(rng.uniform(-1, 1, (2, 28, 28, 3)).astype("float32"))
+    x, y = objective.map_batch(config, 10)(images, tf.constant([3, 5]))
+    np.testing.assert_array_equal(x.numpy(), images.numpy())
+    expected = masked_patch.mean_colour_targets(images, 7, "intensity")
+    np.testing.assert_array_equal(y.numpy(), keras.ops.convert_to_numpy(expected))
 
 
 def test_unknown_masked_patch_option_is_an_error():
-  config = fashion_mnist_masked_patch.get_config()
-  config.masked_patch.colours = 3
-  with pytest.raises(ValueError, match="config.masked_patch: unknown key"):
-    objectives.get("masked_patch").build_model(lambda **kw: None, config, 10)
+    config = fashion_mnist_masked_patch.get_config()
+    config.masked_patch.colours = 3
+    with pytest.raises(ValueError, match="config.masked_patch: unknown key"):
+        objectives.get("masked_patch").build_model(lambda **kw: None, config, 10)
 
 
 def test_train_examples_limits_the_training_set_to_its_first_records(data_dir):
-  everything = input_pipeline.eval_dataset(data_dir, batch_size=64, image_size=28,
-                                           split="train", num_classes=4)
-  first = next(iter(everything))[0].numpy()[:40]  # the first 40 records, in order
-  stream = input_pipeline.train_dataset(
-      data_dir, batch_size=8, image_size=28, augment="none", flip=False, num_classes=4,
-      shuffle_buffer=64, max_examples=40)
-  seen = np.concatenate([x.numpy() for x, _ in stream.take(10)])  # two epochs
-  key = lambda a: {img.tobytes() for img in a}  # noqa: E731
-  assert key(seen[:40]) == key(first) == key(seen[40:])
-  info = input_pipeline.first_examples(input_pipeline.get_split(data_dir, "train"), 40)
-  assert info.counts == [32, 8] and info.num_examples == 40
-  with pytest.raises(input_pipeline.DataError, match="train_examples=65: split 'train' has only 64"):
-    input_pipeline.first_examples(input_pipeline.get_split(data_dir, "train"), 65)
+    everything = input_pipeline.eval_dataset(
+        data_dir, batch_size=64, image_size=28, split="train", num_classes=4
+    )
+    first = next(iter(everything))[0].numpy()[:40]  # the first 40 records, in order
+    stream = input_pipeline.train_dataset(
+        data_dir,
+        batch_size=8,
+        image_size=28,
+        augment="none",
+        flip=False,
+        num_classes=4,
+        shuffle_buffer=64,
+        max_examples=40,
+    )
+    seen = np.concatenate([x.numpy() for x, _ in stream.take(10)])  # two epochs
+    key = lambda a: {img.tobytes() for img in a}  # noqa: E731
+    assert key(seen[:40]) == key(first) == key(seen[40:])
+    info = input_pipeline.first_examples(input_pipeline.get_split(data_dir, "train"), 40)
+    assert info.counts == [32, 8] and info.num_examples == 40
+    with pytest.raises(
+        input_pipeline.DataError, match="train_examples=65: split 'train' has only 64"
+    ):
+        input_pipeline.first_examples(input_pipeline.get_split(data_dir, "train"), 65)

@@ -8,9 +8,15 @@ import keras_vit
 
 # docs/design.md, "Variants": parameters with a 1000-class head at 224 px.
 PARAMS = {
-    "ViT_Ti16": 5_717_416, "ViT_S16": 22_050_664, "ViT_S32": 22_878_952,
-    "ViT_B8": 86_576_872, "ViT_B16": 86_567_656, "ViT_B32": 88_224_232,
-    "ViT_L16": 304_326_632, "ViT_L32": 306_535_400, "ViT_H14": 632_045_800,
+    "ViT_Ti16": 5_717_416,
+    "ViT_S16": 22_050_664,
+    "ViT_S32": 22_878_952,
+    "ViT_B8": 86_576_872,
+    "ViT_B16": 86_567_656,
+    "ViT_B32": 88_224_232,
+    "ViT_L16": 304_326_632,
+    "ViT_L32": 306_535_400,
+    "ViT_H14": 632_045_800,
 }
 
 
@@ -24,8 +30,15 @@ def test_parameter_counts(name):
 
 
 def tiny(**kwargs):
-    config = dict(image_size=32, patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2,
-                  num_layers=2, num_classes=5)
+    config = dict(
+        image_size=32,
+        patch_size=8,
+        hidden_size=16,
+        mlp_dim=32,
+        num_heads=2,
+        num_layers=2,
+        num_classes=5,
+    )
     config.update(kwargs)
     return keras_vit.VisionTransformer(**config)
 
@@ -49,8 +62,9 @@ def test_non_square_image_and_bad_sizes():
 
 
 def test_builders_take_keyword_arguments():
-    model = keras_vit.ViT_Ti16(image_size=32, num_classes=3, classifier="gap",
-                               representation_size=8, dropout_rate=0.1)
+    model = keras_vit.ViT_Ti16(
+        image_size=32, num_classes=3, classifier="gap", representation_size=8, dropout_rate=0.1
+    )
     config = model.get_config()
     assert config["patch_size"] == (16, 16) and config["hidden_size"] == 192
     assert config["num_classes"] == 3 and config["representation_size"] == 8
@@ -78,8 +92,9 @@ def test_attention_weights_api(rng):
     # The attention model shares the weights: the first block's weights computed by hand.
     encoder = model.get_layer("Transformer")
     tokens = encoder.position_embedding(model.tokens(x))
-    _, expected = encoder.blocks[0].attention(encoder.blocks[0].norm_1(tokens),
-                                              return_attention_weights=True)
+    _, expected = encoder.blocks[0].attention(
+        encoder.blocks[0].norm_1(tokens), return_attention_weights=True
+    )
     np.testing.assert_allclose(weights[0], keras.ops.convert_to_numpy(expected), atol=1e-5)
 
 
@@ -88,11 +103,11 @@ def test_encoder_returns_hidden_states_and_weights(rng):
     encoder = model.get_layer("Transformer")
     x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     tokens = model.tokens(x)
-    out, weights, states = encoder(tokens, return_attention_weights=True,
-                                   return_hidden_states=True)
+    out, weights, states = encoder(tokens, return_attention_weights=True, return_hidden_states=True)
     assert len(weights) == 2 and len(states) == 3
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(out),
-                               keras.ops.convert_to_numpy(encoder(tokens)), atol=1e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(out), keras.ops.convert_to_numpy(encoder(tokens)), atol=1e-5
+    )
 
 
 def test_dropout_only_in_training(rng):
@@ -108,8 +123,9 @@ def test_dropout_only_in_training(rng):
 
 def test_preprocess_input():
     x = np.array([[0, 127.5, 255]], dtype=np.float32)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(keras_vit.preprocess_input(x)),
-                               [[-1, 0, 1]])
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(keras_vit.preprocess_input(x)), [[-1, 0, 1]]
+    )
     u = np.array([0, 255], dtype=np.uint8)
     out = keras_vit.preprocess_input(u)
     assert keras.backend.standardize_dtype(out.dtype) == "float32"
@@ -124,8 +140,9 @@ def test_decode_predictions():
     assert decoded[0][0][:2] == ("n01443537", "goldfish, Carassius auratus")
     assert decoded[0][1][0] == "n01440764" and decoded[0][0][2] == pytest.approx(0.9)
     assert decoded[1][0][0] == "n15075141"  # toilet tissue, the last class
-    names = keras_vit.decode_predictions(np.array([[0.1, 0.7, 0.2]]), top=1,
-                                         class_names=["a", "b", "c"])
+    names = keras_vit.decode_predictions(
+        np.array([[0.1, 0.7, 0.2]]), top=1, class_names=["a", "b", "c"]
+    )
     assert names == [[("1", "b", pytest.approx(0.7))]]
     with pytest.raises(ValueError, match="21843 classes"):
         keras_vit.decode_predictions(np.zeros((1, 21843)))
@@ -141,21 +158,38 @@ def _forbid_file_access(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError(f"file or network access: {args!r}")
 
-    for module, name in [(loader, "open_source"), (loader, "_h5_source"),
-                         (loader, "_keras_source"), (npz, "read_npz"), (registry, "fetch"),
-                         (keras.utils, "get_file"), (keras.saving, "load_model"),
-                         (np, "load"), (__import__("builtins"), "open"),
-                         (__import__("io"), "open"), (__import__("os.path").path, "exists"),
-                         (__import__("os.path").path, "isfile")]:
+    for module, name in [
+        (loader, "open_source"),
+        (loader, "_h5_source"),
+        (loader, "_keras_source"),
+        (npz, "read_npz"),
+        (registry, "fetch"),
+        (keras.utils, "get_file"),
+        (keras.saving, "load_model"),
+        (np, "load"),
+        (__import__("builtins"), "open"),
+        (__import__("io"), "open"),
+        (__import__("os.path").path, "exists"),
+        (__import__("os.path").path, "isfile"),
+    ]:
         monkeypatch.setattr(module, name, refuse)
 
 
 def test_construction_without_weights_and_from_config_touch_no_file(monkeypatch):
-    hybrid = keras_vit.VisionTransformer(image_size=32, resnet=(), patch_size=2,
-                                         hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
-    configs = [tiny(include_top=False, pooling="avg", input_shape=(32, 32, 1)).get_config(),
-               tiny(classifier_activation="softmax", representation_size=8).get_config(),
-               hybrid.get_config()]
+    hybrid = keras_vit.VisionTransformer(
+        image_size=32,
+        resnet=(),
+        patch_size=2,
+        hidden_size=16,
+        mlp_dim=32,
+        num_heads=2,
+        num_layers=1,
+    )
+    configs = [
+        tiny(include_top=False, pooling="avg", input_shape=(32, 32, 1)).get_config(),
+        tiny(classifier_activation="softmax", representation_size=8).get_config(),
+        hybrid.get_config(),
+    ]
     _forbid_file_access(monkeypatch)
     model = tiny(classifier="gap")
     assert model.output.shape == (None, 5)
@@ -183,7 +217,16 @@ def test_weights_go_through_the_factory(monkeypatch, tmp_path):
     path = str(tmp_path / "tiny.keras")
     source.save(path)
     tiny(weights=path)
-    keras_vit.build_model({"variant": "ViT_Ti16", "patch_size": 8, "hidden_size": 16,
-                           "mlp_dim": 32, "num_heads": 2, "num_layers": 2}, weights=path)
+    keras_vit.build_model(
+        {
+            "variant": "ViT_Ti16",
+            "patch_size": 8,
+            "hidden_size": 16,
+            "mlp_dim": 32,
+            "num_heads": 2,
+            "num_layers": 2,
+        },
+        weights=path,
+    )
     assert [(w, h) for w, h, _ in calls] == [(path, 16), (path, 16)]
     assert all(cls is keras_vit.VisionTransformer for *_, cls in calls)

@@ -6,18 +6,24 @@ import sys
 
 import keras
 import numpy as np
+from numpy_vit import random_params
 
 import keras_vit
-from numpy_vit import random_params
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL_KW = dict(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2)
 
 
 def test_keras_round_trip_safe_mode(tmp_path, rng):
-    model = keras_vit.VisionTransformer(**SMALL_KW, image_size=(32, 24), classifier="gap",
-                                        representation_size=8, num_classes=4,
-                                        dropout_rate=0.1, name="my_vit")
+    model = keras_vit.VisionTransformer(
+        **SMALL_KW,
+        image_size=(32, 24),
+        classifier="gap",
+        representation_size=8,
+        num_classes=4,
+        dropout_rate=0.1,
+        name="my_vit",
+    )
     for w in model.weights:
         w.assign(rng.standard_normal(w.shape).astype("float32") * 0.2)
     path = str(tmp_path / "vit.keras")
@@ -32,8 +38,9 @@ def test_keras_round_trip_safe_mode(tmp_path, rng):
 
 
 def test_mixed_precision_policy_round_trip(tmp_path):
-    model = keras_vit.VisionTransformer(**SMALL_KW, image_size=16, num_classes=2,
-                                        dtype="mixed_bfloat16")
+    model = keras_vit.VisionTransformer(
+        **SMALL_KW, image_size=16, num_classes=2, dtype="mixed_bfloat16"
+    )
     assert model.get_layer("Transformer").compute_dtype == "bfloat16"
     assert model.get_layer("Transformer").variable_dtype == "float32"
     path = str(tmp_path / "mixed.keras")
@@ -43,8 +50,17 @@ def test_mixed_precision_policy_round_trip(tmp_path):
 
 
 def test_jax_backend_matches_tensorflow(tmp_path, rng):
-    params = random_params(patch=8, hidden=16, mlp=32, heads=2, layers=2, grid=(4, 4),
-                           num_classes=5, representation_size=8, seed=3)
+    params = random_params(
+        patch=8,
+        hidden=16,
+        mlp=32,
+        heads=2,
+        layers=2,
+        grid=(4, 4),
+        num_classes=5,
+        representation_size=8,
+        seed=3,
+    )
     ckpt = tmp_path / "ckpt.npz"
     np.savez(ckpt, **params)
     x = rng.uniform(-1, 1, (3, 32, 32, 3)).astype("float32")
@@ -58,11 +74,17 @@ def test_jax_backend_matches_tensorflow(tmp_path, rng):
         f"x = np.load({str(tmp_path / 'x.npy')!r})\n"
         "np.save(sys.argv[1], np.asarray(m.predict(x, verbose=0)))\n"
         "w = m.attention_weights(x)\n"
-        "np.save(sys.argv[2], np.asarray(w[1]))\n")
+        "np.save(sys.argv[2], np.asarray(w[1]))\n"
+    )
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     out, att = tmp_path / "jax.npy", tmp_path / "jax_att.npy"
-    proc = subprocess.run([sys.executable, "-c", script, str(out), str(att)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(out), str(att)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     model = keras_vit.VisionTransformer(**SMALL_KW, weights=str(ckpt))
     np.testing.assert_allclose(np.load(out), model.predict(x, verbose=0), atol=1e-5, rtol=0)
@@ -70,8 +92,9 @@ def test_jax_backend_matches_tensorflow(tmp_path, rng):
 
 
 def test_mixed_policy_reaches_every_encoder_layer_and_head_is_float32(rng):
-    model = keras_vit.VisionTransformer(**SMALL_KW, image_size=16, num_classes=2,
-                                        dtype="mixed_bfloat16")
+    model = keras_vit.VisionTransformer(
+        **SMALL_KW, image_size=16, num_classes=2, dtype="mixed_bfloat16"
+    )
     encoder = model.get_layer("Transformer")
     for layer in (encoder.position_embedding, encoder.blocks[0], encoder.encoder_norm):
         assert layer.compute_dtype == "bfloat16", layer.name

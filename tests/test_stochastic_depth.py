@@ -38,8 +38,9 @@ def test_rejects_bad_rate():
 
 def test_encoder_rates_rise_linearly():
     assert linear_rates(0.2, 5) == pytest.approx([0.0, 0.05, 0.1, 0.15, 0.2])
-    encoder = layers.Encoder((2, 2), num_layers=3, num_heads=2, mlp_dim=8,
-                             num_prefix_tokens=0, stochastic_depth_rate=0.1)
+    encoder = layers.Encoder(
+        (2, 2), num_layers=3, num_heads=2, mlp_dim=8, num_prefix_tokens=0, stochastic_depth_rate=0.1
+    )
     assert [b.stochastic_depth_rate for b in encoder.blocks] == pytest.approx([0, 0.05, 0.1])
     clone = layers.Encoder.from_config(encoder.get_config())
     assert [b.stochastic_depth_rate for b in clone.blocks] == pytest.approx([0, 0.05, 0.1])
@@ -61,8 +62,15 @@ def test_block_in_training_keeps_or_drops_each_branch(rng):
 
 
 def test_model_logits_unchanged_at_inference_and_config_round_trip(rng):
-    kw = dict(image_size=16, patch_size=8, hidden_size=8, mlp_dim=16, num_heads=2,
-              num_layers=2, num_classes=3)
+    kw = dict(
+        image_size=16,
+        patch_size=8,
+        hidden_size=8,
+        mlp_dim=16,
+        num_heads=2,
+        num_layers=2,
+        num_classes=3,
+    )
     model = keras_vit.VisionTransformer(**kw, stochastic_depth_rate=0.2)
     plain = keras_vit.VisionTransformer(**kw)
     assert len(model.weights) == len(plain.weights)  # no weights of its own

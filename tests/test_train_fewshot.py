@@ -1,4 +1,5 @@
 """pretrain.py --config.fewshot_every=N runs the few-shot evaluator during training."""
+
 import json
 import os
 
@@ -6,18 +7,27 @@ from trainers import testing
 
 
 def test_pretrain_reports_periodic_fewshot(tmp_path):
-  data = str(tmp_path / "data")
-  testing.make_tiny_data(data)
-  run_dir = str(tmp_path / "run")
-  r = testing.run(testing.trainer_cmd(
-      "pretrain", data, run_dir, "--strategy=default", "--config.total_steps=4",
-      "--config.checkpoint_every=2", "--config.fewshot_every=2",
-      "--config.fewshot.shots=(1,5)", "--config.fewshot.num_seeds=2",
-      "--config.fewshot.representation=gap"))
-  assert r.returncode == 0, r.stderr[-3000:]
-  with open(os.path.join(run_dir, "metrics.json")) as f:
-    fewshot = json.load(f)["fewshot"]
-  assert sorted(int(step) for step in fewshot) == [2, 4]
-  for results in fewshot.values():
-    text = json.dumps(results)
-    assert "1" in text and "5" in text
+    data = str(tmp_path / "data")
+    testing.make_tiny_data(data)
+    run_dir = str(tmp_path / "run")
+    r = testing.run(
+        testing.trainer_cmd(
+            "pretrain",
+            data,
+            run_dir,
+            "--strategy=default",
+            "--config.total_steps=4",
+            "--config.checkpoint_every=2",
+            "--config.fewshot_every=2",
+            "--config.fewshot.shots=(1,5)",
+            "--config.fewshot.num_seeds=2",
+            "--config.fewshot.representation=gap",
+        )
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(os.path.join(run_dir, "metrics.json")) as f:
+        fewshot = json.load(f)["fewshot"]
+    assert sorted(int(step) for step in fewshot) == [2, 4]
+    for results in fewshot.values():
+        text = json.dumps(results)
+        assert "1" in text and "5" in text

@@ -1,5 +1,6 @@
 """kill -9 in the middle of a run, rerun the same command: it resumes at the
 checkpointed step and ends with the weights of an uninterrupted run."""
+
 import os
 import re
 import subprocess
@@ -10,50 +11,59 @@ import pytest
 
 from trainers import testing
 
-STEPS = ["--strategy=default", "--config.total_steps=60", "--config.checkpoint_every=10",
-         "--config.warmup_steps=5"]
+STEPS = [
+    "--strategy=default",
+    "--config.total_steps=60",
+    "--config.checkpoint_every=10",
+    "--config.warmup_steps=5",
+]
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-  d = tmp_path_factory.mktemp("data")
-  testing.make_tiny_data(str(d))
-  return str(d)
+    d = tmp_path_factory.mktemp("data")
+    testing.make_tiny_data(str(d))
+    return str(d)
 
 
 def test_kill_9_then_resume_equals_uninterrupted(data, tmp_path):
-  ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
-  ref = testing.run(testing.trainer_cmd("pretrain", data, ref_dir, *STEPS))
-  assert ref.returncode == 0, ref.stderr[-3000:]
+    ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
+    ref = testing.run(testing.trainer_cmd("pretrain", data, ref_dir, *STEPS))
+    assert ref.returncode == 0, ref.stderr[-3000:]
 
-  cmd = testing.trainer_cmd("pretrain", data, run_dir, *STEPS)
-  proc = subprocess.Popen(cmd, cwd=testing.ROOT, env=testing.env(), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
-  meta = os.path.join(run_dir, "checkpoints", "training_metadata.json")
-  deadline = time.time() + 240
-  while not os.path.exists(meta) and proc.poll() is None and time.time() < deadline:
-    time.sleep(0.01)
-  proc.kill()  # SIGKILL: no cleanup, no final checkpoint
-  proc.wait()
-  assert not os.path.exists(os.path.join(run_dir, "metrics.json")), "finished before the kill"
+    cmd = testing.trainer_cmd("pretrain", data, run_dir, *STEPS)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=testing.ROOT,
+        env=testing.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    meta = os.path.join(run_dir, "checkpoints", "training_metadata.json")
+    deadline = time.time() + 240
+    while not os.path.exists(meta) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.kill()  # SIGKILL: no cleanup, no final checkpoint
+    proc.wait()
+    assert not os.path.exists(os.path.join(run_dir, "metrics.json")), "finished before the kill"
 
-  resumed = testing.run(cmd)
-  assert resumed.returncode == 0, resumed.stderr[-3000:]
-  m = re.search(r"resumed from step (\d+)", resumed.stderr)
-  assert m, resumed.stderr[-3000:]
-  step = int(m.group(1))
-  assert step % 10 == 0 and 10 <= step < 60
-  log = testing.train_log(run_dir)
-  assert [l["step"] for l in log if l["step"] > step] == list(range(step + 10, 61, 10))
+    resumed = testing.run(cmd)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    m = re.search(r"resumed from step (\d+)", resumed.stderr)
+    assert m, resumed.stderr[-3000:]
+    step = int(m.group(1))
+    assert step % 10 == 0 and 10 <= step < 60
+    log = testing.train_log(run_dir)
+    assert [l["step"] for l in log if l["step"] > step] == list(range(step + 10, 61, 10))
 
-  w, w_ref = testing.load_weights(run_dir), testing.load_weights(ref_dir)
-  assert w.keys() == w_ref.keys()
-  for k in w:
-    np.testing.assert_allclose(w[k], w_ref[k], rtol=1e-6, atol=1e-7, err_msg=k)
-  ref_log = {l["step"]: l["loss"] for l in testing.train_log(ref_dir)}
-  for l in log:
-    if l["step"] > step:
-      assert l["loss"] == pytest.approx(ref_log[l["step"]], rel=1e-6)
+    w, w_ref = testing.load_weights(run_dir), testing.load_weights(ref_dir)
+    assert w.keys() == w_ref.keys()
+    for k in w:
+        np.testing.assert_allclose(w[k], w_ref[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    ref_log = {l["step"]: l["loss"] for l in testing.train_log(ref_dir)}
+    for l in log:
+        if l["step"] > step:
+            assert l["loss"] == pytest.approx(ref_log[l["step"]], rel=1e-6)
 
-  again = testing.run(cmd)  # a finished run: nothing left to train, exports again
-  assert again.returncode == 0 and "resumed from step 60" in again.stderr
+    again = testing.run(cmd)  # a finished run: nothing left to train, exports again
+    assert again.returncode == 0 and "resumed from step 60" in again.stderr

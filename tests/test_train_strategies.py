@@ -1,5 +1,6 @@
 """default, mirrored (2 CPU replicas) and multi_worker (2 local processes) training
 agree with single-device training on the same global batches."""
+
 import json
 import subprocess
 
@@ -13,101 +14,133 @@ STEPS = ["--config.total_steps=3", "--config.checkpoint_every=1"]
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-  d = tmp_path_factory.mktemp("data")
-  testing.make_tiny_data(str(d))
-  return str(d)
+    d = tmp_path_factory.mktemp("data")
+    testing.make_tiny_data(str(d))
+    return str(d)
 
 
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
-  run_dir = str(tmp_path_factory.mktemp("default"))
-  r = testing.run(testing.trainer_cmd("pretrain", data, run_dir, "--strategy=default", *STEPS))
-  assert r.returncode == 0, r.stderr[-3000:]
-  return run_dir
+    run_dir = str(tmp_path_factory.mktemp("default"))
+    r = testing.run(testing.trainer_cmd("pretrain", data, run_dir, "--strategy=default", *STEPS))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return run_dir
 
 
 def _assert_same_training(run_dir, reference):
-  losses = [l["loss"] for l in testing.train_log(run_dir)]
-  ref = [l["loss"] for l in testing.train_log(reference)]
-  assert len(losses) == len(ref) == 3
-  np.testing.assert_allclose(losses, ref, rtol=1e-4)
-  w, w_ref = testing.load_weights(run_dir), testing.load_weights(reference)
-  assert w.keys() == w_ref.keys()
-  for k in w:
-    np.testing.assert_allclose(w[k], w_ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    losses = [l["loss"] for l in testing.train_log(run_dir)]
+    ref = [l["loss"] for l in testing.train_log(reference)]
+    assert len(losses) == len(ref) == 3
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
+    w, w_ref = testing.load_weights(run_dir), testing.load_weights(reference)
+    assert w.keys() == w_ref.keys()
+    for k in w:
+        np.testing.assert_allclose(w[k], w_ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
 def test_default_trains_and_writes_run_dir(reference):
-  with open(f"{reference}/metrics.json") as f:
-    metrics = json.load(f)
-  assert metrics["step"] == 3 and metrics["num_replicas"] == 1
-  assert 0.0 <= metrics["test_accuracy"] <= 1.0
-  assert metrics["train_images_per_second"] > 0
-  with open(f"{reference}/model_config.json") as f:
-    assert json.load(f)["hidden_size"] == 16
-  import os
-  assert os.listdir(f"{reference}/tensorboard/train")
+    with open(f"{reference}/metrics.json") as f:
+        metrics = json.load(f)
+    assert metrics["step"] == 3 and metrics["num_replicas"] == 1
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0
+    assert metrics["train_images_per_second"] > 0
+    with open(f"{reference}/model_config.json") as f:
+        assert json.load(f)["hidden_size"] == 16
+    import os
+
+    assert os.listdir(f"{reference}/tensorboard/train")
 
 
 def test_mirrored_two_cpu_replicas_matches_default(data, reference, tmp_path):
-  r = testing.run(testing.trainer_cmd("pretrain", data, str(tmp_path), "--strategy=mirrored",
-                                      "--cpu_replicas=2", *STEPS))
-  assert r.returncode == 0, r.stderr[-3000:]
-  with open(tmp_path / "metrics.json") as f:
-    assert json.load(f)["num_replicas"] == 2
-  _assert_same_training(str(tmp_path), reference)
+    r = testing.run(
+        testing.trainer_cmd(
+            "pretrain", data, str(tmp_path), "--strategy=mirrored", "--cpu_replicas=2", *STEPS
+        )
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(tmp_path / "metrics.json") as f:
+        assert json.load(f)["num_replicas"] == 2
+    _assert_same_training(str(tmp_path), reference)
 
 
 def test_multi_worker_two_processes_matches_default(data, reference, tmp_path):
-  ports = testing.free_ports(2)
-  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-  procs = []
-  for i in range(2):
-    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
-    procs.append(subprocess.Popen(
-        testing.trainer_cmd("pretrain", data, str(tmp_path), "--strategy=multi_worker", *STEPS),
-        cwd=testing.ROOT, env=testing.env(TF_CONFIG=tf_config),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-  try:
-    outs = [p.communicate(timeout=240) for p in procs]
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-  for p, (_, err) in zip(procs, outs):
-    assert p.returncode == 0, err[-3000:]
-  with open(tmp_path / "metrics.json") as f:
-    assert json.load(f)["strategy"] in ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy")
-  _assert_same_training(str(tmp_path), reference)
+    ports = testing.free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for i in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
+        procs.append(
+            subprocess.Popen(
+                testing.trainer_cmd(
+                    "pretrain", data, str(tmp_path), "--strategy=multi_worker", *STEPS
+                ),
+                cwd=testing.ROOT,
+                env=testing.env(TF_CONFIG=tf_config),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        outs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    with open(tmp_path / "metrics.json") as f:
+        assert json.load(f)["strategy"] in (
+            "MultiWorkerMirroredStrategy",
+            "CollectiveAllReduceStrategy",
+        )
+    _assert_same_training(str(tmp_path), reference)
 
 
 def test_finetune_from_pretrain_run_dir(data, reference, tmp_path):
-  """--init=RUN: new resolution (interpolated position embeddings), EMA weights exported."""
-  r = testing.run(testing.trainer_cmd(
-      "finetune", data, str(tmp_path), f"--init={reference}", "--strategy=default",
-      "--config.image_size=35", "--config.finetune.total_steps=2",
-      "--config.finetune.checkpoint_every=1", "--config.finetune.warmup_steps=1",
-      "--config.finetune.ema_momentum=0.5"))
-  assert r.returncode == 0, r.stderr[-3000:]
-  assert "Resizing position embeddings from a 4x4 grid to 5x5" in r.stderr
-  with open(tmp_path / "metrics.json") as f:
-    metrics = json.load(f)
-  assert metrics["mode"] == "finetune" and metrics["step"] == 2
-  with open(tmp_path / "model_config.json") as f:
-    assert list(json.load(f)["image_size"]) == [35, 35]
-  with open(tmp_path / "config.json") as f:
-    config = json.load(f)
-  assert config["optimizer"] == "sgd" and config["ema_momentum"] == 0.5
+    """--init=RUN: new resolution (interpolated position embeddings), EMA weights exported."""
+    r = testing.run(
+        testing.trainer_cmd(
+            "finetune",
+            data,
+            str(tmp_path),
+            f"--init={reference}",
+            "--strategy=default",
+            "--config.image_size=35",
+            "--config.finetune.total_steps=2",
+            "--config.finetune.checkpoint_every=1",
+            "--config.finetune.warmup_steps=1",
+            "--config.finetune.ema_momentum=0.5",
+        )
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Resizing position embeddings from a 4x4 grid to 5x5" in r.stderr
+    with open(tmp_path / "metrics.json") as f:
+        metrics = json.load(f)
+    assert metrics["mode"] == "finetune" and metrics["step"] == 2
+    with open(tmp_path / "model_config.json") as f:
+        assert list(json.load(f)["image_size"]) == [35, 35]
+    with open(tmp_path / "config.json") as f:
+        config = json.load(f)
+    assert config["optimizer"] == "sgd" and config["ema_momentum"] == 0.5
 
 
 def test_mirrored_with_gradient_accumulation_equals_one_big_batch(data, reference, tmp_path):
-  """2 replicas x 2 accumulated micro-batches of 4 = the reference's update on 16."""
-  run_dir = str(tmp_path / "accum")
-  r = testing.run(testing.trainer_cmd("pretrain", data, run_dir, "--strategy=mirrored",
-                                      "--cpu_replicas=2", "--config.grad_accum_steps=2",
-                                      *STEPS))
-  assert r.returncode == 0, r.stderr[-3000:]
-  _assert_same_training(run_dir, reference)
-  metrics = json.load(open(f"{run_dir}/metrics.json"))
-  assert metrics["step"] == 3 and metrics["grad_accum_steps"] == 2
-  assert metrics["global_batch_size"] == 16
+    """2 replicas x 2 accumulated micro-batches of 4 = the reference's update on 16."""
+    run_dir = str(tmp_path / "accum")
+    r = testing.run(
+        testing.trainer_cmd(
+            "pretrain",
+            data,
+            run_dir,
+            "--strategy=mirrored",
+            "--cpu_replicas=2",
+            "--config.grad_accum_steps=2",
+            *STEPS,
+        )
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    _assert_same_training(run_dir, reference)
+    metrics = json.load(open(f"{run_dir}/metrics.json"))
+    assert metrics["step"] == 3 and metrics["grad_accum_steps"] == 2
+    assert metrics["global_batch_size"] == 16

@@ -15,21 +15,26 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+from trainers import console
 
 if __name__ == "__main__":
-  console.setup()  # before TensorFlow is imported: our lines only
+    console.setup()  # before TensorFlow is imported: our lines only
 
 import keras_vit  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", None, "Builder name (e.g. ViT_B16) or a JSON dict of "
-                    "VisionTransformer arguments.", required=True)
-flags.DEFINE_string("weights", None, "Official .npz path, registry name, .keras or "
-                    ".weights.h5.", required=True)
+flags.DEFINE_string(
+    "model",
+    None,
+    "Builder name (e.g. ViT_B16) or a JSON dict of VisionTransformer arguments.",
+    required=True,
+)
+flags.DEFINE_string(
+    "weights", None, "Official .npz path, registry name, .keras or .weights.h5.", required=True
+)
 flags.DEFINE_integer("num_classes", None, "Head width (default: the checkpoint's).")
 flags.DEFINE_integer("image_size", None, "Input resolution (default: the checkpoint's).")
 flags.DEFINE_bool("include_top", True, "Keep the classification head.")
@@ -61,11 +66,18 @@ def convert(spec, weights, output, **overrides):
 
 def main(argv):
     del argv
-    model = convert(model_spec(FLAGS.model), FLAGS.weights, FLAGS.output,
-                    num_classes=FLAGS.num_classes, image_size=FLAGS.image_size,
-                    include_top=FLAGS.include_top)
-    print(f"Wrote {FLAGS.output}: {model.name}, {model.count_params():,} parameters, "
-          f"{model.image_size[0]}x{model.image_size[1]} px.")
+    model = convert(
+        model_spec(FLAGS.model),
+        FLAGS.weights,
+        FLAGS.output,
+        num_classes=FLAGS.num_classes,
+        image_size=FLAGS.image_size,
+        include_top=FLAGS.include_top,
+    )
+    print(
+        f"Wrote {FLAGS.output}: {model.name}, {model.count_params():,} parameters, "
+        f"{model.image_size[0]}x{model.image_size[1]} px."
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
   python tools/demo.py [--model_dir=runs/fashion_mnist] [--data_dir=data/fashion_mnist]
                        [extra trainer flags, e.g. --config.total_steps=500]
 """
+
 import json
 import os
 import subprocess
@@ -23,68 +24,110 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+from trainers import console
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
 
 
 def _opt(args, name, default):
-  for a in list(args):
-    if a.startswith(f"--{name}="):
-      args.remove(a)
-      return a.split("=", 1)[1]
-  return default
+    for a in list(args):
+        if a.startswith(f"--{name}="):
+            args.remove(a)
+            return a.split("=", 1)[1]
+    return default
 
 
 def main(argv):
-  args = list(argv)
-  data_dir = _opt(args, "data_dir", os.path.join(ROOT, "data", "fashion_mnist"))
-  model_dir = _opt(args, "model_dir", os.path.join(ROOT, "runs", "fashion_mnist"))
-  # Each step is a program of ours that prints only its own lines (trainers/console.py).
-  env = console.quiet_environment(dict(os.environ))
-  t0 = time.time()
-  if not os.path.exists(os.path.join(data_dir, "manifest.json")):
-    source = ("fashion_mnist" if os.path.exists(f"{FMNIST}/t10k-labels-idx1-ubyte.gz")
-              else "tfds:fashion_mnist")
-    print(f"demo: writing TFRecords ({source}) to {data_dir}", flush=True)
-    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_tfrecords.py"),
-                    f"--source={source}", f"--output_dir={data_dir}"], check=True, env=env)
-  cmd = [sys.executable, os.path.join(ROOT, "trainers", "pretrain.py"),
-         "--config=" + os.path.join(ROOT, "configs", "fashion_mnist.py"),
-         f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-         "--strategy=default", *args]
-  print("demo: " + " ".join(cmd), flush=True)
-  subprocess.run(cmd, check=True, env=env)
-  with open(os.path.join(model_dir, "metrics.json")) as f:
-    metrics = json.load(f)
-  export_dir = os.path.join(model_dir, "export")
-  saved_model = os.path.join(export_dir, "saved_model", "1")
-  tflite = os.path.join(export_dir, "model_float16.tflite")
-  for tool, flags in (
-      ("export_savedmodel.py", [f"--run_dir={model_dir}", f"--output={saved_model}",
-                                f"--class_names={os.path.join(data_dir, 'manifest.json')}"]),
-      ("export_tflite.py", [f"--saved_model={saved_model}", "--quantization=float16",
-                            f"--output={tflite}", f"--report={tflite[:-7]}.json",
-                            "--num_eval_images=500"])):
-    print(f"demo: {tool} {' '.join(flags)}", flush=True)
-    subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *flags], check=True,
-                   env=env, stdout=subprocess.DEVNULL)
-  with open(f"{tflite[:-7]}.json") as f:
-    report = json.load(f)
-  print(f"\nFashion-MNIST test accuracy: {metrics['test_accuracy']:.4f} "
+    args = list(argv)
+    data_dir = _opt(args, "data_dir", os.path.join(ROOT, "data", "fashion_mnist"))
+    model_dir = _opt(args, "model_dir", os.path.join(ROOT, "runs", "fashion_mnist"))
+    # Each step is a program of ours that prints only its own lines (trainers/console.py).
+    env = console.quiet_environment(dict(os.environ))
+    t0 = time.time()
+    if not os.path.exists(os.path.join(data_dir, "manifest.json")):
+        source = (
+            "fashion_mnist"
+            if os.path.exists(f"{FMNIST}/t10k-labels-idx1-ubyte.gz")
+            else "tfds:fashion_mnist"
+        )
+        print(f"demo: writing TFRecords ({source}) to {data_dir}", flush=True)
+        subprocess.run(
+            [
+                sys.executable,
+                os.path.join(ROOT, "tools", "make_tfrecords.py"),
+                f"--source={source}",
+                f"--output_dir={data_dir}",
+            ],
+            check=True,
+            env=env,
+        )
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "trainers", "pretrain.py"),
+        "--config=" + os.path.join(ROOT, "configs", "fashion_mnist.py"),
+        f"--data_dir={data_dir}",
+        f"--model_dir={model_dir}",
+        "--strategy=default",
+        *args,
+    ]
+    print("demo: " + " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, env=env)
+    with open(os.path.join(model_dir, "metrics.json")) as f:
+        metrics = json.load(f)
+    export_dir = os.path.join(model_dir, "export")
+    saved_model = os.path.join(export_dir, "saved_model", "1")
+    tflite = os.path.join(export_dir, "model_float16.tflite")
+    for tool, flags in (
+        (
+            "export_savedmodel.py",
+            [
+                f"--run_dir={model_dir}",
+                f"--output={saved_model}",
+                f"--class_names={os.path.join(data_dir, 'manifest.json')}",
+            ],
+        ),
+        (
+            "export_tflite.py",
+            [
+                f"--saved_model={saved_model}",
+                "--quantization=float16",
+                f"--output={tflite}",
+                f"--report={tflite[:-7]}.json",
+                "--num_eval_images=500",
+            ],
+        ),
+    ):
+        print(f"demo: {tool} {' '.join(flags)}", flush=True)
+        subprocess.run(
+            [sys.executable, os.path.join(ROOT, "tools", tool), *flags],
+            check=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+    with open(f"{tflite[:-7]}.json") as f:
+        report = json.load(f)
+    print(
+        f"\nFashion-MNIST test accuracy: {metrics['test_accuracy']:.4f} "
         f"(step {metrics['step']}, {metrics['train_images_per_second']:.0f} train images/s, "
-        f"{time.time() - t0:.0f} s wall)")
-  print(f"model: {os.path.join(model_dir, 'model.weights.h5')} + "
+        f"{time.time() - t0:.0f} s wall)"
+    )
+    print(
+        f"model: {os.path.join(model_dir, 'model.weights.h5')} + "
         f"{os.path.join(model_dir, 'model_config.json')}  "
-        f"(keras_vit.VisionTransformer(**config); load_weights)")
-  print(f"exported: {saved_model} (TF Serving), {tflite} "
-        f"({100 * report['top1_agreement']:.1f}% top-1 agreement with Keras)")
-  if metrics.get("learning_curve"):
-    print(f"learning curve: {metrics['learning_curve']}")
-  print(f"metrics: {os.path.join(model_dir, 'metrics.json')}; "
-        f"TensorBoard: {os.path.join(model_dir, 'tensorboard')}")
-  return metrics
+        f"(keras_vit.VisionTransformer(**config); load_weights)"
+    )
+    print(
+        f"exported: {saved_model} (TF Serving), {tflite} "
+        f"({100 * report['top1_agreement']:.1f}% top-1 agreement with Keras)"
+    )
+    if metrics.get("learning_curve"):
+        print(f"learning curve: {metrics['learning_curve']}")
+    print(
+        f"metrics: {os.path.join(model_dir, 'metrics.json')}; "
+        f"TensorBoard: {os.path.join(model_dir, 'tensorboard')}"
+    )
+    return metrics
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+    main(sys.argv[1:])

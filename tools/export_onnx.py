@@ -13,35 +13,40 @@ agreement and max |delta probability| against the Keras model on
 and latency per image with onnxruntime at 1 and 2 threads beside the Keras
 model's. Needs the `onnx` extra: pip install -e '.[onnx]'.
 """
+
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+from trainers import console
 
 if __name__ == "__main__":
-  console.setup()  # before TensorFlow is imported: our lines only
+    console.setup()  # before TensorFlow is imported: our lines only
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
-from absl import app  # pylint: disable=wrong-import-position
-from absl import flags  # pylint: disable=wrong-import-position
+from absl import app, flags
 
-from deploy import datasets  # pylint: disable=wrong-import-position
-from deploy import flags as deploy_flags  # pylint: disable=wrong-import-position
-from deploy import onnx as onnx_export  # pylint: disable=wrong-import-position
-from deploy import report as report_lib  # pylint: disable=wrong-import-position
+from deploy import datasets
+from deploy import flags as deploy_flags
+from deploy import onnx as onnx_export
+from deploy import report as report_lib
 
 FLAGS = flags.FLAGS
 deploy_flags.define_model_flags()
-flags.DEFINE_enum("precision", "float32", onnx_export.PRECISIONS, "float32, or float16 "
-                  "(the model under Keras' mixed_float16 policy).")
+flags.DEFINE_enum(
+    "precision",
+    "float32",
+    onnx_export.PRECISIONS,
+    "float32, or float16 (the model under Keras' mixed_float16 policy).",
+)
 flags.DEFINE_bool("dynamic_batch", False, "A dynamic batch axis (default: batch 1).")
 flags.DEFINE_integer("opset", None, "ONNX opset (default: tf2onnx's).")
 flags.DEFINE_string("output", None, ".onnx file to write.")
 flags.DEFINE_string("report", None, "JSON report to write (also printed).")
-flags.DEFINE_string("eval_data", None, "TFRecord glob of comparison images (default: the "
-                    "Fashion-MNIST test set).")
+flags.DEFINE_string(
+    "eval_data", None, "TFRecord glob of comparison images (default: the Fashion-MNIST test set)."
+)
 flags.DEFINE_string("fashion_mnist_dir", datasets.FASHION_MNIST_DIR, "Fashion-MNIST IDX files.")
 flags.DEFINE_integer("num_eval_images", 1000, "Comparison images for --report.")
 flags.DEFINE_integer("latency_repeats", 200, "Timed runs per thread count (and for Keras).")
@@ -56,30 +61,48 @@ def main(argv):
     try:
         model = deploy_flags.model_from_flags()
         size = tuple(model.image_size)
-        evaluation = (datasets.load_images(FLAGS.eval_data, size, FLAGS.num_eval_images,
-                                           FLAGS.fashion_mnist_dir)
-                      if FLAGS.report else None)
+        evaluation = (
+            datasets.load_images(
+                FLAGS.eval_data, size, FLAGS.num_eval_images, FLAGS.fashion_mnist_dir
+            )
+            if FLAGS.report
+            else None
+        )
     except (ValueError, OSError) as e:  # bad flags or data, unknown variant, missing files
         raise app.UsageError(str(e)) from e
     try:
-        exported = onnx_export.export_keras_model(model, FLAGS.output, FLAGS.precision,
-                                                  FLAGS.dynamic_batch, FLAGS.opset)
+        exported = onnx_export.export_keras_model(
+            model, FLAGS.output, FLAGS.precision, FLAGS.dynamic_batch, FLAGS.opset
+        )
     except onnx_export.ExportError as e:
         raise SystemExit(f"error: {e}") from e
     counts = onnx_export.operator_counts(FLAGS.output)
     batch = exported["input"]["shape"][0] or "dynamic"
-    print(f"Wrote {FLAGS.output} ({os.path.getsize(FLAGS.output)} bytes, {FLAGS.precision}, "
-          f"batch {batch}, opset {exported['opset']}); ops: {', '.join(counts)}")
+    print(
+        f"Wrote {FLAGS.output} ({os.path.getsize(FLAGS.output)} bytes, {FLAGS.precision}, "
+        f"batch {batch}, opset {exported['opset']}); ops: {', '.join(counts)}"
+    )
     if FLAGS.report:
         pixels, labels = evaluation
         source = {"run_dir": FLAGS.run_dir, "model": FLAGS.model, "weights": FLAGS.weights}
-        extra = {"onnx_file": FLAGS.output, "reference": "keras",
-                 "source": {k: v for k, v in source.items() if v},
-                 "eval_data": FLAGS.eval_data or "fashion_mnist_test",
-                 "dynamic_batch": FLAGS.dynamic_batch, "export_check": exported["check"]}
+        extra = {
+            "onnx_file": FLAGS.output,
+            "reference": "keras",
+            "source": {k: v for k, v in source.items() if v},
+            "eval_data": FLAGS.eval_data or "fashion_mnist_test",
+            "dynamic_batch": FLAGS.dynamic_batch,
+            "export_check": exported["check"],
+        }
         result = onnx_export.build_report(
-            FLAGS.output, FLAGS.precision, report_lib.keras_reference(model), pixels, labels,
-            latency_repeats=FLAGS.latency_repeats, keras_model=model, extra=extra)
+            FLAGS.output,
+            FLAGS.precision,
+            report_lib.keras_reference(model),
+            pixels,
+            labels,
+            latency_repeats=FLAGS.latency_repeats,
+            keras_model=model,
+            extra=extra,
+        )
         with open(FLAGS.report, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
         print(json.dumps(result, indent=1))

@@ -8,27 +8,31 @@ Signatures: serving_default (encoded JPEG/PNG strings), predict_images (uint8
 pixels), predict_images_float32, predict_examples (serialized tf.Example); see
 deploy/serving.py and docs/deployment.md.
 """
+
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+from trainers import console
 
 if __name__ == "__main__":
-  console.setup()  # before TensorFlow is imported: our lines only
+    console.setup()  # before TensorFlow is imported: our lines only
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
-from absl import app  # pylint: disable=wrong-import-position
-from absl import flags  # pylint: disable=wrong-import-position
+from absl import app, flags
 
-from deploy import flags as deploy_flags  # pylint: disable=wrong-import-position
-from deploy import serving, sources  # pylint: disable=wrong-import-position
+from deploy import flags as deploy_flags
+from deploy import serving, sources
 
 FLAGS = flags.FLAGS
 deploy_flags.define_model_flags()
-flags.DEFINE_string("class_names", None, "Text file with one class name per line, or a "
-                    "JSON file with a 'class_names' list (a make_tfrecords manifest.json); "
-                    "adds the top_k_names output.")
+flags.DEFINE_string(
+    "class_names",
+    None,
+    "Text file with one class name per line, or a "
+    "JSON file with a 'class_names' list (a make_tfrecords manifest.json); "
+    "adds the top_k_names output.",
+)
 flags.DEFINE_integer("top_k", 5, "How many classes the top_k_* outputs hold.")
 flags.DEFINE_string("output", None, "SavedModel directory to write.")
 
@@ -37,13 +41,18 @@ def main(argv):
     deploy_flags.check_command_line(argv, "--output=DIR")
     try:
         model = deploy_flags.model_from_flags()
-        names = (sources.read_class_names(FLAGS.class_names, model.num_classes)
-                 if FLAGS.class_names else None)
+        names = (
+            sources.read_class_names(FLAGS.class_names, model.num_classes)
+            if FLAGS.class_names
+            else None
+        )
     except (ValueError, OSError) as e:  # bad flags, unknown variant, missing files
         raise app.UsageError(str(e)) from e
     signatures = serving.export_saved_model(model, FLAGS.output, names, FLAGS.top_k)
-    print(f"Wrote {FLAGS.output}: model '{model.name}', image size {model.image_size}, "
-          f"{model.num_classes} classes; signatures: {', '.join(signatures)}")
+    print(
+        f"Wrote {FLAGS.output}: model '{model.name}', image size {model.image_size}, "
+        f"{model.num_classes} classes; signatures: {', '.join(signatures)}"
+    )
 
 
 if __name__ == "__main__":

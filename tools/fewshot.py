@@ -16,6 +16,7 @@ Prints our lines only (trainers/console.py; KERAS_VIT_VERBOSITY=library for the
 libraries' output), a progress bar per feature extraction on stderr, one line per
 shot count, and writes --output_json when given.
 """
+
 import json
 import os
 import sys
@@ -23,15 +24,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainers import console  # pylint: disable=g-import-not-at-top,wrong-import-position
+from trainers import console
 
 if __name__ == "__main__":
-  console.setup()  # before TensorFlow is imported
+    console.setup()  # before TensorFlow is imported
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
-from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app, flags
 
-from tools import inspect_io  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tools import inspect_io
 
 inspect_io.define_model_flags()
 
@@ -40,10 +40,14 @@ flags.DEFINE_string("train_split", "train", "Split the k-shot sets are drawn fro
 flags.DEFINE_string("test_split", "test", "Split the accuracy is measured on.")
 flags.DEFINE_list("shots", ["1", "5", "10", "25"], "Examples per class.")
 flags.DEFINE_integer("num_seeds", 3, "Random k-shot draws (seeds 0..N-1).")
-flags.DEFINE_float("l2", 2.0 ** 10, "Ridge strength.")
-flags.DEFINE_enum("representation", "pre_logits", ["pre_logits", "token", "gap"],
-                  "Frozen features: what feeds the head, the class token or the mean "
-                  "of the patch tokens after the final LayerNorm.")
+flags.DEFINE_float("l2", 2.0**10, "Ridge strength.")
+flags.DEFINE_enum(
+    "representation",
+    "pre_logits",
+    ["pre_logits", "token", "gap"],
+    "Frozen features: what feeds the head, the class token or the mean "
+    "of the patch tokens after the final LayerNorm.",
+)
 flags.DEFINE_integer("max_train_examples", None, "Use the first N train examples (all).")
 flags.DEFINE_integer("max_test_examples", None, "Use the first N test examples.")
 flags.DEFINE_integer("batch_size", 256, "Feature extraction batch size.")
@@ -53,47 +57,62 @@ FLAGS = flags.FLAGS
 
 
 def run(model, data_dir, batch_size=256, **options):
-  """Few-shot results of `model` on `data_dir` (keras_vit.fewshot.evaluate) and a
-  dict describing the run. `options`: trainers.fewshot_callback.DEFAULTS."""
-  from trainers import fewshot_callback  # pylint: disable=g-import-not-at-top
-  start = time.perf_counter()
-  evaluator = fewshot_callback.FewShotEvaluator(data_dir, model.image_size,
-                                                batch_size=batch_size, **options)
-  results = evaluator.evaluate(model)
-  info = {"representation": evaluator.options["representation"],
-          "num_classes": evaluator.num_classes, "l2": evaluator.options["l2"],
-          "num_seeds": evaluator.options["num_seeds"],
-          "max_train_examples": evaluator.options["max_train_examples"],
-          "max_test_examples": evaluator.options["max_test_examples"],
-          "examples_extracted": dict(evaluator.examples_extracted),
-          "seconds": round(time.perf_counter() - start, 1)}
-  return results, info
+    """Few-shot results of `model` on `data_dir` (keras_vit.fewshot.evaluate) and a
+    dict describing the run. `options`: trainers.fewshot_callback.DEFAULTS."""
+    from trainers import fewshot_callback
+
+    start = time.perf_counter()
+    evaluator = fewshot_callback.FewShotEvaluator(
+        data_dir, model.image_size, batch_size=batch_size, **options
+    )
+    results = evaluator.evaluate(model)
+    info = {
+        "representation": evaluator.options["representation"],
+        "num_classes": evaluator.num_classes,
+        "l2": evaluator.options["l2"],
+        "num_seeds": evaluator.options["num_seeds"],
+        "max_train_examples": evaluator.options["max_train_examples"],
+        "max_test_examples": evaluator.options["max_test_examples"],
+        "examples_extracted": dict(evaluator.examples_extracted),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    return results, info
 
 
 def main(argv):
-  del argv
-  try:
-    model = inspect_io.load_model_from_flags()
-    if not FLAGS.data_dir:
-      raise ValueError("--data_dir=DATA is required")
-    shots = [int(k) for k in FLAGS.shots]
-    results, info = run(model, FLAGS.data_dir, FLAGS.batch_size, shots=shots,
-                        num_seeds=FLAGS.num_seeds, l2=FLAGS.l2,
-                        representation=FLAGS.representation, train_split=FLAGS.train_split,
-                        test_split=FLAGS.test_split,
-                        max_train_examples=FLAGS.max_train_examples,
-                        max_test_examples=FLAGS.max_test_examples)
-  except (ValueError, FileNotFoundError) as e:
-    raise app.UsageError(str(e))
-  from keras_vit import fewshot  # pylint: disable=g-import-not-at-top
-  images = " + ".join(f"{n} {split}" for split, n in info["examples_extracted"].items())
-  print(f"few-shot, {info['representation']} features, {info['num_classes']} classes, "
-        f"l2 {info['l2']:g}, {images} images, {info['seconds']} s:")
-  print(fewshot.format_results(results))
-  if FLAGS.output_json:
-    with open(FLAGS.output_json, "w") as f:
-      json.dump({"results": {str(k): v for k, v in results.items()}, **info}, f, indent=1)
+    del argv
+    try:
+        model = inspect_io.load_model_from_flags()
+        if not FLAGS.data_dir:
+            raise ValueError("--data_dir=DATA is required")
+        shots = [int(k) for k in FLAGS.shots]
+        results, info = run(
+            model,
+            FLAGS.data_dir,
+            FLAGS.batch_size,
+            shots=shots,
+            num_seeds=FLAGS.num_seeds,
+            l2=FLAGS.l2,
+            representation=FLAGS.representation,
+            train_split=FLAGS.train_split,
+            test_split=FLAGS.test_split,
+            max_train_examples=FLAGS.max_train_examples,
+            max_test_examples=FLAGS.max_test_examples,
+        )
+    except (ValueError, FileNotFoundError) as e:
+        raise app.UsageError(str(e)) from e
+    from keras_vit import fewshot
+
+    images = " + ".join(f"{n} {split}" for split, n in info["examples_extracted"].items())
+    print(
+        f"few-shot, {info['representation']} features, {info['num_classes']} classes, "
+        f"l2 {info['l2']:g}, {images} images, {info['seconds']} s:"
+    )
+    print(fewshot.format_results(results))
+    if FLAGS.output_json:
+        with open(FLAGS.output_json, "w") as f:
+            json.dump({"results": {str(k): v for k, v in results.items()}, **info}, f, indent=1)
 
 
 if __name__ == "__main__":
-  console.run_app(main)
+    console.run_app(main)

@@ -7,6 +7,7 @@ of PNG/JPEG files or of TFRecord shards (tools/make_tfrecords.py), or from a
 --data_dir split, brought to the model's size as deploy/datasets.py does and
 scaled to [-1, 1].
 """
+
 import glob
 import os
 
@@ -16,55 +17,60 @@ IMAGE_EXTS = (".png", ".jpg", ".jpeg")
 
 
 def define_model_flags():
-  from deploy import flags as deploy_flags  # pylint: disable=g-import-not-at-top
-  deploy_flags.define_model_flags()
+    from deploy import flags as deploy_flags
+
+    deploy_flags.define_model_flags()
 
 
 def load_model_from_flags():
-  from deploy import flags as deploy_flags  # pylint: disable=g-import-not-at-top
-  return deploy_flags.model_from_flags()
+    from deploy import flags as deploy_flags
+
+    return deploy_flags.model_from_flags()
 
 
 def _image_files(paths, image_size):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from deploy import datasets  # pylint: disable=g-import-not-at-top
-  pixels = []
-  for path in paths:
-    try:
-      image = tf.io.decode_image(tf.io.read_file(path), expand_animations=False).numpy()
-    except tf.errors.InvalidArgumentError as e:
-      raise datasets.DataError(f"{path}: not a decodable image "
-                               f"({e.message.splitlines()[0]})") from e
-    pixels.append(datasets.to_model_pixels(image, image_size, path))
-  return np.stack(pixels), np.full(len(paths), -1, np.int64)
+    import tensorflow as tf
+
+    from deploy import datasets
+
+    pixels = []
+    for path in paths:
+        try:
+            image = tf.io.decode_image(tf.io.read_file(path), expand_animations=False).numpy()
+        except tf.errors.InvalidArgumentError as e:
+            raise datasets.DataError(
+                f"{path}: not a decodable image ({e.message.splitlines()[0]})"
+            ) from e
+        pixels.append(datasets.to_model_pixels(image, image_size, path))
+    return np.stack(pixels), np.full(len(paths), -1, np.int64)
 
 
 def load_images(pattern, image_size, limit):
-  """The first `limit` images (sorted paths) matching `pattern`: image files or
-  TFRecord shards.
+    """The first `limit` images (sorted paths) matching `pattern`: image files or
+    TFRecord shards.
 
-  Returns:
-    (images (N, H, W, 3) float32 in [-1, 1] at `image_size`, labels (N,) int64,
-    -1 where unknown).
-  """
-  import keras_vit  # pylint: disable=g-import-not-at-top
-  from deploy import datasets  # pylint: disable=g-import-not-at-top
+    Returns:
+      (images (N, H, W, 3) float32 in [-1, 1] at `image_size`, labels (N,) int64,
+      -1 where unknown).
+    """
+    import keras_vit
+    from deploy import datasets
 
-  paths = sorted(glob.glob(pattern))
-  if not paths:
-    raise FileNotFoundError(f"--images={pattern}: no files match")
-  image_files = [p for p in paths if p.lower().endswith(IMAGE_EXTS)]
-  if image_files:
-    pixels, labels = _image_files(image_files[:limit], image_size)
-  else:
-    pixels, labels = datasets.tfrecord_images(pattern, image_size, limit)
-  return np.asarray(keras_vit.preprocess_input(pixels)), labels
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise FileNotFoundError(f"--images={pattern}: no files match")
+    image_files = [p for p in paths if p.lower().endswith(IMAGE_EXTS)]
+    if image_files:
+        pixels, labels = _image_files(image_files[:limit], image_size)
+    else:
+        pixels, labels = datasets.tfrecord_images(pattern, image_size, limit)
+    return np.asarray(keras_vit.preprocess_input(pixels)), labels
 
 
 def images_for_figures(pattern, data_dir, split, image_size, limit):
-  """--images if given, else the first `limit` images of --data_dir's split."""
-  if not pattern:
-    if not data_dir:
-      raise ValueError("give --images=GLOB_OR_TFRECORD or --data_dir=DATA")
-    pattern = os.path.join(data_dir, f"{split}-*.tfrecord")
-  return load_images(pattern, image_size, limit)
+    """--images if given, else the first `limit` images of --data_dir's split."""
+    if not pattern:
+        if not data_dir:
+            raise ValueError("give --images=GLOB_OR_TFRECORD or --data_dir=DATA")
+        pattern = os.path.join(data_dir, f"{split}-*.tfrecord")
+    return load_images(pattern, image_size, limit)

@@ -13,6 +13,7 @@ folder:PATH expects PATH/{split}/{class_name}/*.{png,jpg,jpeg}; a folder without
 split subfolders is one `train` split. Output is deterministic: examples are
 written in sorted (folder) or source order, shards are contiguous slices.
 """
+
 import gzip
 import json
 import logging
@@ -20,29 +21,44 @@ import os
 import struct
 import sys
 
-from absl import app
-from absl import flags
 import numpy as np
+from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+from trainers import console
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("source", "fashion_mnist",
-                    "fashion_mnist | folder:PATH | tfds:NAME[:CONFIG]")
+flags.DEFINE_string("source", "fashion_mnist", "fashion_mnist | folder:PATH | tfds:NAME[:CONFIG]")
 flags.DEFINE_string("output_dir", None, "Where the shards and manifest.json go.")
-flags.DEFINE_string("fashion_mnist_dir", "/usr/share/datasets/fashion-mnist",
-                    "IDX files (Debian package dataset-fashion-mnist).")
+flags.DEFINE_string(
+    "fashion_mnist_dir",
+    "/usr/share/datasets/fashion-mnist",
+    "IDX files (Debian package dataset-fashion-mnist).",
+)
 flags.DEFINE_integer("examples_per_shard", 10000, "Examples per shard (approx).")
 flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for --source=tfds:.")
 flags.DEFINE_list("splits", None, "Splits to write (default: all the source has).")
 flags.DEFINE_integer("max_examples", None, "Keep the first N of each split (tests).")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
-flags.DEFINE_bool("strict", False, "An image that does not decode is fatal (default: "
-                  "skipped, counted in the manifest and named in a warning).")
+flags.DEFINE_bool(
+    "strict",
+    False,
+    "An image that does not decode is fatal (default: "
+    "skipped, counted in the manifest and named in a warning).",
+)
 
-FASHION_MNIST_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+FASHION_MNIST_CLASSES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")
 MAX_NAMED_SKIPS = 100  # the manifest names at most this many skipped examples per split
 
@@ -50,228 +66,278 @@ log = logging.getLogger("tools")
 
 
 class DataError(ValueError):
-  """An image that does not decode, under --strict."""
+    """An image that does not decode, under --strict."""
 
 
 def _tf():
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf
+    import tensorflow as tf
+
+    return tf
 
 
 def encode_png(array):
-  array = np.asarray(array, np.uint8)
-  if array.ndim == 2:
-    array = array[..., None]
-  return _tf().io.encode_png(array).numpy()
+    array = np.asarray(array, np.uint8)
+    if array.ndim == 2:
+        array = array[..., None]
+    return _tf().io.encode_png(array).numpy()
 
 
 def make_example(encoded, labels):
-  tf = _tf()
-  labels = [int(l) for l in np.atleast_1d(labels)]
-  return tf.train.Example(features=tf.train.Features(feature={
-      "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
-      "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
-  })).SerializeToString()
+    tf = _tf()
+    labels = [int(l) for l in np.atleast_1d(labels)]
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
+            }
+        )
+    ).SerializeToString()
 
 
 # --- sources: each returns {split: (count, iterator of (encoded, labels))}, class names, multi_label
 
+
 def read_idx(path):
-  with gzip.open(path, "rb") as f:
-    data = f.read()
-  magic, = struct.unpack(">I", data[:4])
-  ndim = magic & 0xFF
-  shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-  return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    (magic,) = struct.unpack(">I", data[:4])
+    ndim = magic & 0xFF
+    shape = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
 def fashion_mnist_source(directory):
-  splits = {}
-  for split, prefix in (("train", "train"), ("test", "t10k")):
-    paths = [os.path.join(directory, f"{prefix}-{kind}-ubyte.gz")
-             for kind in ("images-idx3", "labels-idx1")]
-    missing = [p for p in paths if not os.path.exists(p)]
-    if missing:
-      raise FileNotFoundError(
-          f"Fashion-MNIST IDX file(s) missing: {', '.join(missing)}. Install the Debian "
-          "package `dataset-fashion-mnist` (make data) or pass --fashion_mnist_dir, or use "
-          "--source=tfds:fashion_mnist.")
-    images, labels = read_idx(paths[0]), read_idx(paths[1])
-    splits[split] = (len(images), ((encode_png(i), l) for i, l in zip(images, labels)))
-  return splits, FASHION_MNIST_CLASSES, False
+    splits = {}
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        paths = [
+            os.path.join(directory, f"{prefix}-{kind}-ubyte.gz")
+            for kind in ("images-idx3", "labels-idx1")
+        ]
+        missing = [p for p in paths if not os.path.exists(p)]
+        if missing:
+            raise FileNotFoundError(
+                f"Fashion-MNIST IDX file(s) missing: {', '.join(missing)}. Install the Debian "
+                "package `dataset-fashion-mnist` (make data) or pass --fashion_mnist_dir, or use "
+                "--source=tfds:fashion_mnist."
+            )
+        images, labels = read_idx(paths[0]), read_idx(paths[1])
+        splits[split] = (len(images), ((encode_png(i), l) for i, l in zip(images, labels)))
+    return splits, FASHION_MNIST_CLASSES, False
 
 
 def folder_source(root):
-  if not os.path.isdir(root):
-    raise FileNotFoundError(f"--source=folder:{root}: no such directory")
-  subdirs = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-  split_dirs = {d: os.path.join(root, d) for d in subdirs
-                if d in ("train", "test", "validation", "val", "eval")}
-  if not split_dirs:
-    split_dirs = {"train": root}
-  class_names = sorted({c for d in split_dirs.values() for c in os.listdir(d)
-                        if os.path.isdir(os.path.join(d, c))})
-  if len(class_names) < 2:
-    raise ValueError(f"--source=folder:{root}: {len(class_names)} class folder(s) "
-                     f"{class_names}; a classifier needs at least two "
-                     f"(expected {root}/[split/]CLASS_NAME/*.jpg)")
-  index = {c: i for i, c in enumerate(class_names)}
-  splits = {}
-  for split, d in split_dirs.items():
-    files = [(os.path.join(d, c, f), index[c]) for c in class_names
-             if os.path.isdir(os.path.join(d, c))
-             for f in sorted(os.listdir(os.path.join(d, c))) if f.lower().endswith(IMAGE_EXTS)]
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"--source=folder:{root}: no such directory")
+    subdirs = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    split_dirs = {
+        d: os.path.join(root, d)
+        for d in subdirs
+        if d in ("train", "test", "validation", "val", "eval")
+    }
+    if not split_dirs:
+        split_dirs = {"train": root}
+    class_names = sorted(
+        {c for d in split_dirs.values() for c in os.listdir(d) if os.path.isdir(os.path.join(d, c))}
+    )
+    if len(class_names) < 2:
+        raise ValueError(
+            f"--source=folder:{root}: {len(class_names)} class folder(s) "
+            f"{class_names}; a classifier needs at least two "
+            f"(expected {root}/[split/]CLASS_NAME/*.jpg)"
+        )
+    index = {c: i for i, c in enumerate(class_names)}
+    splits = {}
+    for split, d in split_dirs.items():
+        files = [
+            (os.path.join(d, c, f), index[c])
+            for c in class_names
+            if os.path.isdir(os.path.join(d, c))
+            for f in sorted(os.listdir(os.path.join(d, c)))
+            if f.lower().endswith(IMAGE_EXTS)
+        ]
 
-    def gen(files=files):
-      for path, label in files:
-        with open(path, "rb") as f:
-          yield f.read(), label, path
-    splits[split] = (len(files), gen())
-  return splits, class_names, False
+        def gen(files=files):
+            for path, label in files:
+                with open(path, "rb") as f:
+                    yield f.read(), label, path
+
+        splits[split] = (len(files), gen())
+    return splits, class_names, False
 
 
 def tfds_source(name, data_dir):
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  builder = tfds.builder(name, data_dir=data_dir)
-  builder.download_and_prepare()
-  info = builder.info
-  image_key = next(k for k, v in info.features.items()
-                   if isinstance(v, tfds.features.Image))
-  label_key = next(k for k in ("label", "labels", "objects") if k in info.features)
-  label_feature = info.features[label_key]
-  multi_label = isinstance(label_feature, tfds.features.Sequence)
-  class_names = list(getattr(getattr(label_feature, "feature", label_feature), "names", []))
-  splits = {}
-  for split, split_info in info.splits.items():
-    ds = builder.as_dataset(split=split, shuffle_files=False,
-                            decoders={image_key: tfds.decode.SkipDecoding()})
+    import tensorflow_datasets as tfds
 
-    def gen(ds=ds):
-      for ex in ds.as_numpy_iterator():
-        yield ex[image_key], ex[label_key]
-    splits[split] = (split_info.num_examples, gen())
-  return splits, class_names, multi_label
+    builder = tfds.builder(name, data_dir=data_dir)
+    builder.download_and_prepare()
+    info = builder.info
+    image_key = next(k for k, v in info.features.items() if isinstance(v, tfds.features.Image))
+    label_key = next(k for k in ("label", "labels", "objects") if k in info.features)
+    label_feature = info.features[label_key]
+    multi_label = isinstance(label_feature, tfds.features.Sequence)
+    class_names = list(getattr(getattr(label_feature, "feature", label_feature), "names", []))
+    splits = {}
+    for split, split_info in info.splits.items():
+        ds = builder.as_dataset(
+            split=split, shuffle_files=False, decoders={image_key: tfds.decode.SkipDecoding()}
+        )
+
+        def gen(ds=ds):
+            for ex in ds.as_numpy_iterator():
+                yield ex[image_key], ex[label_key]
+
+        splits[split] = (split_info.num_examples, gen())
+    return splits, class_names, multi_label
 
 
-def get_source(source, fashion_mnist_dir="/usr/share/datasets/fashion-mnist",
-               tfds_data_dir=None):
-  if source == "fashion_mnist":
-    return fashion_mnist_source(fashion_mnist_dir)
-  if source.startswith("folder:"):
-    return folder_source(source[len("folder:"):])
-  if source.startswith("tfds:"):
-    return tfds_source(source[len("tfds:"):], tfds_data_dir)
-  raise ValueError(f"--source={source!r}: expected fashion_mnist, folder:PATH or tfds:NAME")
+def get_source(source, fashion_mnist_dir="/usr/share/datasets/fashion-mnist", tfds_data_dir=None):
+    if source == "fashion_mnist":
+        return fashion_mnist_source(fashion_mnist_dir)
+    if source.startswith("folder:"):
+        return folder_source(source[len("folder:") :])
+    if source.startswith("tfds:"):
+        return tfds_source(source[len("tfds:") :], tfds_data_dir)
+    raise ValueError(f"--source={source!r}: expected fashion_mnist, folder:PATH or tfds:NAME")
 
 
 def decodes(encoded):
-  """Whether `encoded` is an image TensorFlow decodes (PNG, JPEG, GIF, BMP)."""
-  tf = _tf()
-  try:
-    tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    return True
-  except (tf.errors.InvalidArgumentError, tf.errors.UnknownError, ValueError):
-    return False
+    """Whether `encoded` is an image TensorFlow decodes (PNG, JPEG, GIF, BMP)."""
+    tf = _tf()
+    try:
+        tf.io.decode_image(encoded, channels=3, expand_animations=False)
+        return True
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError, ValueError):
+        return False
 
 
-def write_split(output_dir, split, count, examples, examples_per_shard, progress=True,
-                strict=False):
-  """Writes one split's shards; every image is decoded first, and one that does not
-  decode is skipped (counted, named in the manifest and a warning) or, with `strict`,
-  fatal. `examples` yields (encoded, labels) or (encoded, labels, name)."""
-  tf = _tf()
-  num_shards = max(1, -(-count // examples_per_shard))
-  per_shard = -(-count // num_shards)
-  shards, written, skipped = [], 0, []
-  bar = None
-  if progress:
-    bar = console.Progress(count, f"writing {split}", unit="image")
-  examples = iter(examples)
-  for s in range(num_shards):
-    name = f"{split}-{s:05d}-of-{num_shards:05d}.tfrecord"
-    n = 0
-    with tf.io.TFRecordWriter(os.path.join(output_dir, name)) as w:
-      for encoded, labels, *ident in examples:
-        if not decodes(encoded):
-          what = ident[0] if ident else f"{split} example {written + n + len(skipped)}"
-          if strict:
-            raise DataError(f"{what}: not a decodable image ({len(encoded)} bytes); "
-                            "remove it, or drop --strict to skip such files")
-          log.warning("skipping %s: not a decodable image (%d bytes)", what, len(encoded))
-          skipped.append(what)
-          if bar:
-            bar.update(1)
-          continue
-        w.write(make_example(encoded, labels))
-        n += 1
-        if bar:
-          bar.update(1)  # pylint: disable=no-member
-        if n == per_shard:
-          break
-    shards.append({"file": name, "count": n})
-    written += n
-  if bar:
-    bar.close()
-  result = {"count": written, "shards": shards}
-  if skipped:
-    result["skipped"] = len(skipped)
-    result["skipped_examples"] = skipped[:MAX_NAMED_SKIPS]
-    log.warning("%s: skipped %d of %d examples that are not decodable images", split,
-                len(skipped), written + len(skipped))
-  return result
+def write_split(
+    output_dir, split, count, examples, examples_per_shard, progress=True, strict=False
+):
+    """Writes one split's shards; every image is decoded first, and one that does not
+    decode is skipped (counted, named in the manifest and a warning) or, with `strict`,
+    fatal. `examples` yields (encoded, labels) or (encoded, labels, name)."""
+    tf = _tf()
+    num_shards = max(1, -(-count // examples_per_shard))
+    per_shard = -(-count // num_shards)
+    shards, written, skipped = [], 0, []
+    bar = None
+    if progress:
+        bar = console.Progress(count, f"writing {split}", unit="image")
+    examples = iter(examples)
+    for s in range(num_shards):
+        name = f"{split}-{s:05d}-of-{num_shards:05d}.tfrecord"
+        n = 0
+        with tf.io.TFRecordWriter(os.path.join(output_dir, name)) as w:
+            for encoded, labels, *ident in examples:
+                if not decodes(encoded):
+                    what = ident[0] if ident else f"{split} example {written + n + len(skipped)}"
+                    if strict:
+                        raise DataError(
+                            f"{what}: not a decodable image ({len(encoded)} bytes); "
+                            "remove it, or drop --strict to skip such files"
+                        )
+                    log.warning("skipping %s: not a decodable image (%d bytes)", what, len(encoded))
+                    skipped.append(what)
+                    if bar:
+                        bar.update(1)
+                    continue
+                w.write(make_example(encoded, labels))
+                n += 1
+                if bar:
+                    bar.update(1)
+                if n == per_shard:
+                    break
+        shards.append({"file": name, "count": n})
+        written += n
+    if bar:
+        bar.close()
+    result = {"count": written, "shards": shards}
+    if skipped:
+        result["skipped"] = len(skipped)
+        result["skipped_examples"] = skipped[:MAX_NAMED_SKIPS]
+        log.warning(
+            "%s: skipped %d of %d examples that are not decodable images",
+            split,
+            len(skipped),
+            written + len(skipped),
+        )
+    return result
 
 
-def make_tfrecords(source, output_dir, examples_per_shard=10000, splits=None,
-                   max_examples=None, progress=True, strict=False, **source_kwargs):
-  """Writes the shards and manifest; returns the manifest dict.
+def make_tfrecords(
+    source,
+    output_dir,
+    examples_per_shard=10000,
+    splits=None,
+    max_examples=None,
+    progress=True,
+    strict=False,
+    **source_kwargs,
+):
+    """Writes the shards and manifest; returns the manifest dict.
 
-  `source` is a name as for --source, or a tuple (splits, class_names, multi_label)
-  with splits {name: (count, iterable of (encoded_bytes_or_uint8_array, labels))}.
-  """
-  if isinstance(source, str):
-    split_sources, class_names, multi_label = get_source(source, **source_kwargs)
-  else:
-    split_sources, class_names, multi_label = source
-    split_sources = {k: (n, ((e if isinstance(e, bytes) else encode_png(e), l, *rest)
-                             for e, l, *rest in it))
-                     for k, (n, it) in split_sources.items()}
-    source = "arrays"
-  os.makedirs(output_dir, exist_ok=True)
-  manifest = {"source": source, "format": "tf.train.Example",
-              "features": {"image/encoded": "bytes (PNG/JPEG)",
-                           "image/class/label": "int64 list"},
-              "num_classes": len(class_names), "class_names": class_names,
-              "multi_label": multi_label, "splits": {}}
-  for split, (count, examples) in split_sources.items():
-    if splits and split not in splits:
-      continue
-    if max_examples:
-      count = min(count, max_examples)
-      examples = (e for _, e in zip(range(count), examples))
-    manifest["splits"][split] = write_split(output_dir, split, count, examples,
-                                            examples_per_shard, progress, strict)
-  with open(os.path.join(output_dir, "manifest.json"), "w") as f:
-    json.dump(manifest, f, indent=1)
-  return manifest
+    `source` is a name as for --source, or a tuple (splits, class_names, multi_label)
+    with splits {name: (count, iterable of (encoded_bytes_or_uint8_array, labels))}.
+    """
+    if isinstance(source, str):
+        split_sources, class_names, multi_label = get_source(source, **source_kwargs)
+    else:
+        split_sources, class_names, multi_label = source
+        split_sources = {
+            k: (n, ((e if isinstance(e, bytes) else encode_png(e), l, *rest) for e, l, *rest in it))
+            for k, (n, it) in split_sources.items()
+        }
+        source = "arrays"
+    os.makedirs(output_dir, exist_ok=True)
+    manifest = {
+        "source": source,
+        "format": "tf.train.Example",
+        "features": {"image/encoded": "bytes (PNG/JPEG)", "image/class/label": "int64 list"},
+        "num_classes": len(class_names),
+        "class_names": class_names,
+        "multi_label": multi_label,
+        "splits": {},
+    }
+    for split, (count, examples) in split_sources.items():
+        if splits and split not in splits:
+            continue
+        if max_examples:
+            count = min(count, max_examples)
+            examples = (e for _, e in zip(range(count), examples))
+        manifest["splits"][split] = write_split(
+            output_dir, split, count, examples, examples_per_shard, progress, strict
+        )
+    with open(os.path.join(output_dir, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return manifest
 
 
 def main(argv):
-  del argv
-  if not FLAGS.output_dir:
-    raise app.UsageError("--output_dir is required")
-  try:
-    manifest = make_tfrecords(FLAGS.source, FLAGS.output_dir, FLAGS.examples_per_shard,
-                              FLAGS.splits, FLAGS.max_examples, FLAGS.progress, FLAGS.strict,
-                              fashion_mnist_dir=FLAGS.fashion_mnist_dir,
-                              tfds_data_dir=FLAGS.tfds_data_dir)
-  except (ValueError, FileNotFoundError) as e:  # DataError included
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-  counts = ", ".join(f"{k}: {v['count']}" + (f" ({v['skipped']} skipped)" if v.get("skipped")
-                                              else "")
-                     for k, v in manifest["splits"].items())
-  print(f"Wrote {FLAGS.output_dir} ({counts}; {manifest['num_classes']} classes)")
+    del argv
+    if not FLAGS.output_dir:
+        raise app.UsageError("--output_dir is required")
+    try:
+        manifest = make_tfrecords(
+            FLAGS.source,
+            FLAGS.output_dir,
+            FLAGS.examples_per_shard,
+            FLAGS.splits,
+            FLAGS.max_examples,
+            FLAGS.progress,
+            FLAGS.strict,
+            fashion_mnist_dir=FLAGS.fashion_mnist_dir,
+            tfds_data_dir=FLAGS.tfds_data_dir,
+        )
+    except (ValueError, FileNotFoundError) as e:  # DataError included
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    counts = ", ".join(
+        f"{k}: {v['count']}" + (f" ({v['skipped']} skipped)" if v.get("skipped") else "")
+        for k, v in manifest["splits"].items()
+    )
+    print(f"Wrote {FLAGS.output_dir} ({counts}; {manifest['num_classes']} classes)")
 
 
 if __name__ == "__main__":
-  console.run_app(main)
+    console.run_app(main)

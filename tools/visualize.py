@@ -11,22 +11,20 @@ position_embedding_similarity.png, embedding_filters.png and inspect.json (the
 distances in pixels and the explained variances). A figure that has no meaning
 for the model (the RGB filters of a hybrid) is skipped with a message saying why.
 """
+
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainers import console  # noqa: E402  pylint: disable=wrong-import-position
+from trainers import console
 
 if __name__ == "__main__":
-  console.setup()  # before TensorFlow is imported: our lines only
+    console.setup()  # before TensorFlow is imported: our lines only
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
-from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
-from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app, flags, logging
 
-from tools import figures  # pylint: disable=g-import-not-at-top,wrong-import-position
-from tools import inspect_io  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tools import figures, inspect_io
 
 inspect_io.define_model_flags()
 
@@ -34,74 +32,99 @@ flags.DEFINE_string("images", None, "Glob of PNG/JPEG files or TFRecord shards."
 flags.DEFINE_string("data_dir", None, "Without --images: a tools/make_tfrecords.py directory.")
 flags.DEFINE_string("split", "test", "With --data_dir: the split to take images from.")
 flags.DEFINE_integer("num_images", 6, "Images shown in the rollout figure.")
-flags.DEFINE_integer("distance_images", 128,
-                     "Images the mean attention distance is averaged over.")
+flags.DEFINE_integer("distance_images", 128, "Images the mean attention distance is averaged over.")
 flags.DEFINE_integer("num_components", 28, "Principal components of the filters shown.")
-flags.DEFINE_bool("grayscale_filters", False, "Sum the filters over the colour channels "
-                  "first (models trained on grey images, where R = G = B).")
+flags.DEFINE_bool(
+    "grayscale_filters",
+    False,
+    "Sum the filters over the colour channels "
+    "first (models trained on grey images, where R = G = B).",
+)
 flags.DEFINE_string("output_dir", None, "Where the PNG files go.")
 flags.DEFINE_integer("batch_size", 32, "Batch size for the attention model.")
 
 FLAGS = flags.FLAGS
 
 
-def write_figures(model, images, labels, output_dir, num_images, num_components,
-                  batch_size=32, grayscale_filters=False):
-  """Writes the four figures; returns {figure name: path or reason skipped} and
-  the numbers behind them."""
-  from keras_vit import inspect as vit_inspect  # pylint: disable=g-import-not-at-top
+def write_figures(
+    model,
+    images,
+    labels,
+    output_dir,
+    num_images,
+    num_components,
+    batch_size=32,
+    grayscale_filters=False,
+):
+    """Writes the four figures; returns {figure name: path or reason skipped} and
+    the numbers behind them."""
+    from keras_vit import inspect as vit_inspect
 
-  os.makedirs(output_dir, exist_ok=True)
-  out = lambda name: os.path.join(output_dir, name)
-  shown = images[:num_images]
-  titles = [f"label {int(l)}" if l >= 0 else "" for l in labels[:num_images]]
-  written, numbers = {}, {}
-  maps = vit_inspect.attention_maps(model, shown, batch_size=batch_size)
-  written["attention_rollout"] = figures.attention_overlays(
-      shown, maps, out("attention_rollout.png"), titles)
-  distance = vit_inspect.attention_distance(model, images, batch_size=batch_size)
-  numbers["mean_attention_distance_px"] = distance.round(3).tolist()
-  numbers["distance_images"] = len(images)
-  encoder = model.get_layer("Transformer")
-  uniform = vit_inspect.uniform_attention_distance(encoder.grid_size,
-                                                   vit_inspect.grid_cell_pixels(model))
-  numbers["uniform_attention_distance_px"] = round(uniform, 3)
-  written["attention_distance"] = figures.attention_distance(
-      distance, out("attention_distance.png"), model.image_size, uniform)
-  written["position_embedding_similarity"] = figures.position_similarity(
-      vit_inspect.position_embedding_similarity(model),
-      out("position_embedding_similarity.png"))
-  try:
-    components, explained = vit_inspect.embedding_filter_components(
-        model, num_components, grayscale=grayscale_filters)
-  except vit_inspect.NotMeaningfulError as e:
-    written["embedding_filters"] = f"skipped: {e}"
-  else:
-    numbers["filter_explained_variance"] = explained.round(4).tolist()
-    written["embedding_filters"] = figures.embedding_filters(
-        components, out("embedding_filters.png"), explained)
-  with open(out("inspect.json"), "w") as f:
-    json.dump({"figures": written, **numbers}, f, indent=1)
-  return written, numbers
+    os.makedirs(output_dir, exist_ok=True)
+    out = lambda name: os.path.join(output_dir, name)
+    shown = images[:num_images]
+    titles = [f"label {int(l)}" if l >= 0 else "" for l in labels[:num_images]]
+    written, numbers = {}, {}
+    maps = vit_inspect.attention_maps(model, shown, batch_size=batch_size)
+    written["attention_rollout"] = figures.attention_overlays(
+        shown, maps, out("attention_rollout.png"), titles
+    )
+    distance = vit_inspect.attention_distance(model, images, batch_size=batch_size)
+    numbers["mean_attention_distance_px"] = distance.round(3).tolist()
+    numbers["distance_images"] = len(images)
+    encoder = model.get_layer("Transformer")
+    uniform = vit_inspect.uniform_attention_distance(
+        encoder.grid_size, vit_inspect.grid_cell_pixels(model)
+    )
+    numbers["uniform_attention_distance_px"] = round(uniform, 3)
+    written["attention_distance"] = figures.attention_distance(
+        distance, out("attention_distance.png"), model.image_size, uniform
+    )
+    written["position_embedding_similarity"] = figures.position_similarity(
+        vit_inspect.position_embedding_similarity(model), out("position_embedding_similarity.png")
+    )
+    try:
+        components, explained = vit_inspect.embedding_filter_components(
+            model, num_components, grayscale=grayscale_filters
+        )
+    except vit_inspect.NotMeaningfulError as e:
+        written["embedding_filters"] = f"skipped: {e}"
+    else:
+        numbers["filter_explained_variance"] = explained.round(4).tolist()
+        written["embedding_filters"] = figures.embedding_filters(
+            components, out("embedding_filters.png"), explained
+        )
+    with open(out("inspect.json"), "w") as f:
+        json.dump({"figures": written, **numbers}, f, indent=1)
+    return written, numbers
 
 
 def main(argv):
-  del argv
-  if not FLAGS.output_dir:
-    raise app.UsageError("--output_dir is required")
-  try:
-    model = inspect_io.load_model_from_flags()
-    count = max(FLAGS.num_images, FLAGS.distance_images)
-    images, labels = inspect_io.images_for_figures(FLAGS.images, FLAGS.data_dir, FLAGS.split,
-                                                   model.image_size, count)
-  except (ValueError, FileNotFoundError) as e:
-    raise app.UsageError(str(e))
-  written, _ = write_figures(model, images, labels, FLAGS.output_dir, FLAGS.num_images,
-                             FLAGS.num_components, FLAGS.batch_size, FLAGS.grayscale_filters)
-  for name, result in written.items():
-    logging.info("%s: %s", name, result)
-    print(f"{name}: {result}")
+    del argv
+    if not FLAGS.output_dir:
+        raise app.UsageError("--output_dir is required")
+    try:
+        model = inspect_io.load_model_from_flags()
+        count = max(FLAGS.num_images, FLAGS.distance_images)
+        images, labels = inspect_io.images_for_figures(
+            FLAGS.images, FLAGS.data_dir, FLAGS.split, model.image_size, count
+        )
+    except (ValueError, FileNotFoundError) as e:
+        raise app.UsageError(str(e)) from e
+    written, _ = write_figures(
+        model,
+        images,
+        labels,
+        FLAGS.output_dir,
+        FLAGS.num_images,
+        FLAGS.num_components,
+        FLAGS.batch_size,
+        FLAGS.grayscale_filters,
+    )
+    for name, result in written.items():
+        logging.info("%s: %s", name, result)
+        print(f"{name}: {result}")
 
 
 if __name__ == "__main__":
-  console.run_app(main)
+    console.run_app(main)

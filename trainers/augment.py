@@ -107,21 +107,37 @@ Mixup / CutMix (`mix_batch`), on each per-replica batch, after the objective's
     per global step, the same on every replica (big_vision's fold_in=None),
     each replica mixing within its own batch (big_vision mixes per device).
 """
+
 import math
 import re
 
 import tensorflow as tf
 
 MAX_LEVEL = 10.0
-REFERENCE_SIZE = 224    # the official pixel constants are for 224x224 crops
-TRANSLATE_CONST = 100   # official translate_const: pixels at level 1 (m=10), 224 px
-CUTOUT_CONST = 40       # official cutout_const: half the Cutout side at m=10, 224 px
-FILL = 128              # official replace value of geometric ops and Cutout
-MIX_KEY = 0x6D6978      # keeps batch (mixing) seeds apart from per-example seeds
+REFERENCE_SIZE = 224  # the official pixel constants are for 224x224 crops
+TRANSLATE_CONST = 100  # official translate_const: pixels at level 1 (m=10), 224 px
+CUTOUT_CONST = 40  # official cutout_const: half the Cutout side at m=10, 224 px
+FILL = 128  # official replace value of geometric ops and Cutout
+MIX_KEY = 0x6D6978  # keeps batch (mixing) seeds apart from per-example seeds
 
-OP_NAMES = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize",
-            "Color", "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY",
-            "TranslateX", "TranslateY", "Cutout", "SolarizeAdd")
+OP_NAMES = (
+    "AutoContrast",
+    "Equalize",
+    "Invert",
+    "Rotate",
+    "Posterize",
+    "Solarize",
+    "Color",
+    "Contrast",
+    "Brightness",
+    "Sharpness",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Cutout",
+    "SolarizeAdd",
+)
 GEOMETRIC_OPS = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY", "Cutout")
 
 # big_vision configs/vit_i21k.py and configs/vit_i1k.py: MIXUP_DEF p, RANDAUG_DEF.
@@ -138,474 +154,500 @@ AUGREG = {
 
 # --- config -------------------------------------------------------------------
 
+
 def _is_number(v):
-  """A Python or NumPy real scalar (not a bool)."""
-  if isinstance(v, bool):
-    return False
-  if isinstance(v, (int, float)):
-    return True
-  dtype = getattr(v, "dtype", None)
-  return getattr(v, "shape", None) == () and getattr(dtype, "kind", "") in ("i", "u", "f")
+    """A Python or NumPy real scalar (not a bool)."""
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)):
+        return True
+    dtype = getattr(v, "dtype", None)
+    return getattr(v, "shape", None) == () and getattr(dtype, "kind", "") in ("i", "u", "f")
 
 
 def parse_randaug(value, key="input.randaug"):
-  """None / '' / 'none' / 0 / False: None (off); (n, m), [n, m], 'randaug(n,m)',
-  '(n,m)' or 'n,m': (n, m) with n an int >= 0 (0: None) and m a number >= 0."""
-  if value is None or value is False or value == 0 or (
-      isinstance(value, str) and value.strip().lower() in ("", "none")):
-    return None
-  usage = (f"{key}={value!r}: expected None or '' (off), a (num_layers, magnitude) pair "
-           "such as (2, 15), or a string such as 'randaug(2,15)'")
-  if isinstance(value, str):
-    m = re.fullmatch(r"(?:randaug)?\s*\(?\s*([^,()\s]+)\s*,\s*([^,()\s]+)\s*\)?",
-                     value.strip().lower())
-    if not m:
-      raise ValueError(usage)
-    try:
-      parts = [float(p) for p in m.groups()]
-    except ValueError:
-      raise ValueError(usage) from None
-  elif isinstance(value, (tuple, list)) and len(value) == 2 and all(map(_is_number, value)):
-    parts = [float(p) for p in value]
-  else:
-    raise ValueError(usage)
-  num_layers, magnitude = parts
-  if not (num_layers >= 0 and num_layers.is_integer()):
-    raise ValueError(f"{key}={value!r}: num_layers must be an integer >= 0, got {num_layers:g}")
-  if not (magnitude >= 0 and math.isfinite(magnitude)):
-    raise ValueError(f"{key}={value!r}: magnitude must be a number >= 0, got {magnitude:g}")
-  if num_layers == 0:
-    return None
-  return int(num_layers), (int(magnitude) if magnitude.is_integer() else magnitude)
+    """None / '' / 'none' / 0 / False: None (off); (n, m), [n, m], 'randaug(n,m)',
+    '(n,m)' or 'n,m': (n, m) with n an int >= 0 (0: None) and m a number >= 0."""
+    if (
+        value is None
+        or value is False
+        or value == 0
+        or (isinstance(value, str) and value.strip().lower() in ("", "none"))
+    ):
+        return None
+    usage = (
+        f"{key}={value!r}: expected None or '' (off), a (num_layers, magnitude) pair "
+        "such as (2, 15), or a string such as 'randaug(2,15)'"
+    )
+    if isinstance(value, str):
+        m = re.fullmatch(
+            r"(?:randaug)?\s*\(?\s*([^,()\s]+)\s*,\s*([^,()\s]+)\s*\)?", value.strip().lower()
+        )
+        if not m:
+            raise ValueError(usage)
+        try:
+            parts = [float(p) for p in m.groups()]
+        except ValueError:
+            raise ValueError(usage) from None
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(map(_is_number, value)):
+        parts = [float(p) for p in value]
+    else:
+        raise ValueError(usage)
+    num_layers, magnitude = parts
+    if not (num_layers >= 0 and num_layers.is_integer()):
+        raise ValueError(f"{key}={value!r}: num_layers must be an integer >= 0, got {num_layers:g}")
+    if not (magnitude >= 0 and math.isfinite(magnitude)):
+        raise ValueError(f"{key}={value!r}: magnitude must be a number >= 0, got {magnitude:g}")
+    if num_layers == 0:
+        return None
+    return int(num_layers), (int(magnitude) if magnitude.is_integer() else magnitude)
 
 
 def _alpha(key, value):
-  usage = f"input.{key}={value!r}: expected a Beta concentration alpha >= 0 (0 or None: off)"
-  if isinstance(value, bool):
-    raise ValueError(usage)
-  if isinstance(value, str):
-    try:
-      value = float(value.strip() or 0)
-    except ValueError:
-      raise ValueError(usage) from None
-  if not _is_number(value):
-    raise ValueError(usage)
-  value = float(value)
-  if not (value >= 0 and math.isfinite(value)):
-    raise ValueError(usage)
-  return value
+    usage = f"input.{key}={value!r}: expected a Beta concentration alpha >= 0 (0 or None: off)"
+    if isinstance(value, bool):
+        raise ValueError(usage)
+    if isinstance(value, str):
+        try:
+            value = float(value.strip() or 0)
+        except ValueError:
+            raise ValueError(usage) from None
+    if not _is_number(value):
+        raise ValueError(usage)
+    value = float(value)
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(usage)
+    return value
 
 
 def resolve(input_cfg):
-  """`config.input` (dict / ConfigDict / None) -> dict(randaug=(n, m) | None,
-  mixup=alpha, cutmix=alpha) (alphas are floats, 0.0 = off).
+    """`config.input` (dict / ConfigDict / None) -> dict(randaug=(n, m) | None,
+    mixup=alpha, cutmix=alpha) (alphas are floats, 0.0 = off).
 
-  `aug_setting` sets randaug and mixup from `AUGREG`; `randaug`, `mixup`,
-  `cutmix` override it when not None. Other keys are ignored, and a resolved
-  dict resolves to itself. Raises ValueError naming the key and the value.
-  """
-  cfg = input_cfg if input_cfg is not None else {}
-  get = cfg.get
-  randaug, mixup = None, 0.0
-  setting = get("aug_setting")
-  if setting is not None and setting != "":
-    name = setting.strip().lower() if isinstance(setting, str) else None
-    if name not in AUGREG:
-      raise ValueError(f"input.aug_setting={setting!r}: expected one of "
-                       f"{', '.join(AUGREG)} (or None)")
-    randaug, mixup = AUGREG[name]
-  if get("randaug") is not None:
-    randaug = parse_randaug(get("randaug"))
-  if get("mixup") is not None:
-    mixup = _alpha("mixup", get("mixup"))
-  cutmix = _alpha("cutmix", get("cutmix")) if get("cutmix") is not None else 0.0
-  return dict(randaug=randaug, mixup=mixup, cutmix=cutmix)
+    `aug_setting` sets randaug and mixup from `AUGREG`; `randaug`, `mixup`,
+    `cutmix` override it when not None. Other keys are ignored, and a resolved
+    dict resolves to itself. Raises ValueError naming the key and the value.
+    """
+    cfg = input_cfg if input_cfg is not None else {}
+    get = cfg.get
+    randaug, mixup = None, 0.0
+    setting = get("aug_setting")
+    if setting is not None and setting != "":
+        name = setting.strip().lower() if isinstance(setting, str) else None
+        if name not in AUGREG:
+            raise ValueError(
+                f"input.aug_setting={setting!r}: expected one of {', '.join(AUGREG)} (or None)"
+            )
+        randaug, mixup = AUGREG[name]
+    if get("randaug") is not None:
+        randaug = parse_randaug(get("randaug"))
+    if get("mixup") is not None:
+        mixup = _alpha("mixup", get("mixup"))
+    cutmix = _alpha("cutmix", get("cutmix")) if get("cutmix") is not None else 0.0
+    return dict(randaug=randaug, mixup=mixup, cutmix=cutmix)
 
 
 def describe(aug):
-  """A resolved dict as one line, e.g. 'randaug(2,15) mixup(0.5)'; 'off'."""
-  parts = []
-  if aug["randaug"]:
-    parts.append("randaug({},{})".format(*aug["randaug"]))
-  for key in ("mixup", "cutmix"):
-    if aug[key]:
-      parts.append(f"{key}({aug[key]:g})")
-  return " ".join(parts) or "off"
+    """A resolved dict as one line, e.g. 'randaug(2,15) mixup(0.5)'; 'off'."""
+    parts = []
+    if aug["randaug"]:
+        parts.append("randaug({},{})".format(*aug["randaug"]))
+    for key in ("mixup", "cutmix"):
+        if aug[key]:
+            parts.append(f"{key}({aug[key]:g})")
+    return " ".join(parts) or "off"
 
 
 # --- RandAugment ops: uint8 (H, W, 3) -> uint8 (H, W, 3) ---------------------------
 
+
 def _to_uint8(image):
-  """float (H, W, 3) in 0..255 -> uint8, clipped and truncated like tf.cast."""
-  if image.dtype == tf.uint8:
-    return image
-  return tf.cast(tf.clip_by_value(tf.cast(image, tf.float32), 0.0, 255.0), tf.uint8)
+    """float (H, W, 3) in 0..255 -> uint8, clipped and truncated like tf.cast."""
+    if image.dtype == tf.uint8:
+        return image
+    return tf.cast(tf.clip_by_value(tf.cast(image, tf.float32), 0.0, 255.0), tf.uint8)
 
 
 def blend(degenerate, image, factor):
-  """degenerate + factor * (image - degenerate), clipped to 0..255, truncated
-  to uint8. factor 0: `degenerate`, 1: `image`, > 1 extrapolates."""
-  if factor == 0.0:
-    return degenerate
-  if factor == 1.0:
-    return image
-  d = tf.cast(degenerate, tf.float32)
-  out = d + factor * (tf.cast(image, tf.float32) - d)
-  return tf.cast(tf.clip_by_value(out, 0.0, 255.0), tf.uint8)
+    """degenerate + factor * (image - degenerate), clipped to 0..255, truncated
+    to uint8. factor 0: `degenerate`, 1: `image`, > 1 extrapolates."""
+    if factor == 0.0:
+        return degenerate
+    if factor == 1.0:
+        return image
+    d = tf.cast(degenerate, tf.float32)
+    out = d + factor * (tf.cast(image, tf.float32) - d)
+    return tf.cast(tf.clip_by_value(out, 0.0, 255.0), tf.uint8)
 
 
 def _size(image):
-  shape = tf.shape(image)
-  return shape[0], shape[1]
+    shape = tf.shape(image)
+    return shape[0], shape[1]
 
 
 def _transform(image, transform):
-  """Projective transform [a0, a1, a2, b0, b1, b2, 0, 0] (output (x, y) samples the
-  input at (a0 x + a1 y + a2, b0 x + b1 y + b2)); nearest, filled with FILL."""
-  h, w = _size(image)
-  transform = tf.cast(tf.stack(transform)[None], tf.float32)
-  out = tf.raw_ops.ImageProjectiveTransformV3(
-      images=image[None], transforms=transform, output_shape=tf.stack([h, w]),
-      fill_value=tf.constant(FILL, tf.float32), interpolation="NEAREST",
-      fill_mode="CONSTANT")
-  return out[0]
+    """Projective transform [a0, a1, a2, b0, b1, b2, 0, 0] (output (x, y) samples the
+    input at (a0 x + a1 y + a2, b0 x + b1 y + b2)); nearest, filled with FILL."""
+    h, w = _size(image)
+    transform = tf.cast(tf.stack(transform)[None], tf.float32)
+    out = tf.raw_ops.ImageProjectiveTransformV3(
+        images=image[None],
+        transforms=transform,
+        output_shape=tf.stack([h, w]),
+        fill_value=tf.constant(FILL, tf.float32),
+        interpolation="NEAREST",
+        fill_mode="CONSTANT",
+    )
+    return out[0]
 
 
 def rotate(image, degrees):
-  """Rotation by `degrees` about the image centre."""
-  h, w = _size(image)
-  rad = tf.cast(degrees, tf.float32) * (math.pi / 180.0)
-  cos, sin = tf.cos(rad), tf.sin(rad)
-  cx = (tf.cast(w, tf.float32) - 1.0) / 2.0
-  cy = (tf.cast(h, tf.float32) - 1.0) / 2.0
-  return _transform(image, [cos, -sin, cx - cos * cx + sin * cy,
-                            sin, cos, cy - sin * cx - cos * cy, 0.0, 0.0])
+    """Rotation by `degrees` about the image centre."""
+    h, w = _size(image)
+    rad = tf.cast(degrees, tf.float32) * (math.pi / 180.0)
+    cos, sin = tf.cos(rad), tf.sin(rad)
+    cx = (tf.cast(w, tf.float32) - 1.0) / 2.0
+    cy = (tf.cast(h, tf.float32) - 1.0) / 2.0
+    return _transform(
+        image, [cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy, 0.0, 0.0]
+    )
 
 
 def shear_x(image, level):
-  """Output (x, y) samples the input at (x + level * y, y)."""
-  level = tf.cast(level, tf.float32)
-  return _transform(image, [1.0, level, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    """Output (x, y) samples the input at (x + level * y, y)."""
+    level = tf.cast(level, tf.float32)
+    return _transform(image, [1.0, level, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
 
 
 def shear_y(image, level):
-  """Output (x, y) samples the input at (x, y + level * x)."""
-  level = tf.cast(level, tf.float32)
-  return _transform(image, [1.0, 0.0, 0.0, level, 1.0, 0.0, 0.0, 0.0])
+    """Output (x, y) samples the input at (x, y + level * x)."""
+    level = tf.cast(level, tf.float32)
+    return _transform(image, [1.0, 0.0, 0.0, level, 1.0, 0.0, 0.0, 0.0])
 
 
 def translate_x(image, pixels):
-  """Output (x, y) samples the input at (x + pixels, y): content moves left by
-  `pixels` (right for negative values)."""
-  return _transform(image, [1.0, 0.0, tf.cast(pixels, tf.float32), 0.0, 1.0, 0.0, 0.0, 0.0])
+    """Output (x, y) samples the input at (x + pixels, y): content moves left by
+    `pixels` (right for negative values)."""
+    return _transform(image, [1.0, 0.0, tf.cast(pixels, tf.float32), 0.0, 1.0, 0.0, 0.0, 0.0])
 
 
 def translate_y(image, pixels):
-  return _transform(image, [1.0, 0.0, 0.0, 0.0, 1.0, tf.cast(pixels, tf.float32), 0.0, 0.0])
+    return _transform(image, [1.0, 0.0, 0.0, 0.0, 1.0, tf.cast(pixels, tf.float32), 0.0, 0.0])
 
 
 # Element-wise selection is written with slicing / arithmetic: tf.where costs
 # several times more per pixel on CPU, where this runs.
 
+
 def paste(image, patch, y1, x1):
-  """`image` (..., H, W, C) with rows y1.. and columns x1.. replaced by `patch`
-  (..., h, w, C), which must fit inside."""
-  ph, pw = tf.shape(patch)[-3], tf.shape(patch)[-2]
-  rows = image[..., y1:y1 + ph, :, :]
-  middle = tf.concat([rows[..., :x1, :], patch, rows[..., x1 + pw:, :]], axis=-2)
-  out = tf.concat([image[..., :y1, :, :], middle, image[..., y1 + ph:, :, :]], axis=-3)
-  return tf.ensure_shape(out, image.shape)
+    """`image` (..., H, W, C) with rows y1.. and columns x1.. replaced by `patch`
+    (..., h, w, C), which must fit inside."""
+    ph, pw = tf.shape(patch)[-3], tf.shape(patch)[-2]
+    rows = image[..., y1 : y1 + ph, :, :]
+    middle = tf.concat([rows[..., :x1, :], patch, rows[..., x1 + pw :, :]], axis=-2)
+    out = tf.concat([image[..., :y1, :, :], middle, image[..., y1 + ph :, :, :]], axis=-3)
+    return tf.ensure_shape(out, image.shape)
 
 
 def cutout(image, pad, center):
-  """Fills rows [cy - pad, cy + pad) x columns [cx - pad, cx + pad) (clipped)
-  with FILL; `center` = (cy, cx) int32."""
-  h, w = _size(image)
-  y1, y2 = tf.maximum(center[0] - pad, 0), tf.minimum(center[0] + pad, h)
-  x1, x2 = tf.maximum(center[1] - pad, 0), tf.minimum(center[1] + pad, w)
-  patch = tf.fill(tf.stack([tf.maximum(y2 - y1, 0), tf.maximum(x2 - x1, 0), 3]),
-                  tf.constant(FILL, image.dtype))
-  return paste(image, patch, y1, x1)
+    """Fills rows [cy - pad, cy + pad) x columns [cx - pad, cx + pad) (clipped)
+    with FILL; `center` = (cy, cx) int32."""
+    h, w = _size(image)
+    y1, y2 = tf.maximum(center[0] - pad, 0), tf.minimum(center[0] + pad, h)
+    x1, x2 = tf.maximum(center[1] - pad, 0), tf.minimum(center[1] + pad, w)
+    patch = tf.fill(
+        tf.stack([tf.maximum(y2 - y1, 0), tf.maximum(x2 - x1, 0), 3]),
+        tf.constant(FILL, image.dtype),
+    )
+    return paste(image, patch, y1, x1)
 
 
 def autocontrast(image):
-  """Per channel, maps [min, max] linearly to [0, 255] (unchanged if min == max)."""
-  x = tf.cast(image, tf.float32)
-  lo = tf.reduce_min(x, axis=[0, 1])
-  hi = tf.reduce_max(x, axis=[0, 1])
-  stretch = hi > lo
-  scale = tf.where(stretch, 255.0 / tf.maximum(hi - lo, 1.0), 1.0)
-  offset = tf.where(stretch, -lo * scale, 0.0)  # identity (x * 1 + 0) if min == max
-  return tf.cast(tf.clip_by_value(x * scale + offset, 0.0, 255.0), tf.uint8)
+    """Per channel, maps [min, max] linearly to [0, 255] (unchanged if min == max)."""
+    x = tf.cast(image, tf.float32)
+    lo = tf.reduce_min(x, axis=[0, 1])
+    hi = tf.reduce_max(x, axis=[0, 1])
+    stretch = hi > lo
+    scale = tf.where(stretch, 255.0 / tf.maximum(hi - lo, 1.0), 1.0)
+    offset = tf.where(stretch, -lo * scale, 0.0)  # identity (x * 1 + 0) if min == max
+    return tf.cast(tf.clip_by_value(x * scale + offset, 0.0, 255.0), tf.uint8)
 
 
 def equalize(image):
-  """Per channel histogram equalisation (PIL ImageOps.equalize)."""
-  values = tf.cast(image, tf.int32) + tf.constant([0, 256, 512])  # channel c: bins c*256..
-  hist = tf.reshape(tf.math.bincount(tf.reshape(values, [-1]), minlength=768, maxlength=768),
-                    [3, 256])
-  # PIL: the step ignores the count of the brightest value present.
-  top = tf.reduce_max(tf.reshape(tf.cast(image, tf.int32), [-1, 3]), axis=0)
-  step = (tf.reduce_sum(hist, axis=1) - tf.gather(hist, top, batch_dims=1)) // 255
-  lut = (tf.cumsum(hist, axis=1) + (step // 2)[:, None]) // tf.maximum(step, 1)[:, None]
-  lut = tf.clip_by_value(tf.concat([tf.zeros([3, 1], tf.int32), lut[:, :-1]], 1), 0, 255)
-  lut = tf.where((step > 0)[:, None], lut, tf.range(256)[None])  # step 0: unchanged
-  return tf.cast(tf.gather(tf.reshape(lut, [-1]), values), tf.uint8)
+    """Per channel histogram equalisation (PIL ImageOps.equalize)."""
+    values = tf.cast(image, tf.int32) + tf.constant([0, 256, 512])  # channel c: bins c*256..
+    hist = tf.reshape(
+        tf.math.bincount(tf.reshape(values, [-1]), minlength=768, maxlength=768), [3, 256]
+    )
+    # PIL: the step ignores the count of the brightest value present.
+    top = tf.reduce_max(tf.reshape(tf.cast(image, tf.int32), [-1, 3]), axis=0)
+    step = (tf.reduce_sum(hist, axis=1) - tf.gather(hist, top, batch_dims=1)) // 255
+    lut = (tf.cumsum(hist, axis=1) + (step // 2)[:, None]) // tf.maximum(step, 1)[:, None]
+    lut = tf.clip_by_value(tf.concat([tf.zeros([3, 1], tf.int32), lut[:, :-1]], 1), 0, 255)
+    lut = tf.where((step > 0)[:, None], lut, tf.range(256)[None])  # step 0: unchanged
+    return tf.cast(tf.gather(tf.reshape(lut, [-1]), values), tf.uint8)
 
 
 def invert(image):
-  return 255 - image
+    return 255 - image
 
 
 def posterize(image, shift):
-  """Zeroes the `shift` (0..7) low bits of each value."""
-  return tf.bitwise.left_shift(tf.bitwise.right_shift(image, shift), shift)
+    """Zeroes the `shift` (0..7) low bits of each value."""
+    return tf.bitwise.left_shift(tf.bitwise.right_shift(image, shift), shift)
 
 
 def solarize(image, threshold):
-  """Inverts the values >= `threshold` (0..255)."""
-  above = tf.cast(image >= tf.constant(threshold, tf.uint8), tf.uint8)
-  return tf.bitwise.bitwise_xor(image, above * 255)  # x ^ 255 == 255 - x
+    """Inverts the values >= `threshold` (0..255)."""
+    above = tf.cast(image >= tf.constant(threshold, tf.uint8), tf.uint8)
+    return tf.bitwise.bitwise_xor(image, above * 255)  # x ^ 255 == 255 - x
 
 
 def solarize_add(image, addition, threshold=128):
-  """Adds `addition` to the values < `threshold`, clipped to 0..255."""
-  x = tf.cast(image, tf.int32)
-  added = x + addition * tf.cast(image < threshold, tf.int32)
-  return tf.cast(tf.clip_by_value(added, 0, 255), tf.uint8)
+    """Adds `addition` to the values < `threshold`, clipped to 0..255."""
+    x = tf.cast(image, tf.int32)
+    added = x + addition * tf.cast(image < threshold, tf.int32)
+    return tf.cast(tf.clip_by_value(added, 0, 255), tf.uint8)
 
 
 def _grayscale(image):
-  return tf.image.rgb_to_grayscale(image)  # uint8 (H, W, 1), ITU-R 601 weights
+    return tf.image.rgb_to_grayscale(image)  # uint8 (H, W, 1), ITU-R 601 weights
 
 
 def color(image, factor):
-  return blend(tf.image.grayscale_to_rgb(_grayscale(image)), image, factor)
+    return blend(tf.image.grayscale_to_rgb(_grayscale(image)), image, factor)
 
 
 def contrast(image, factor):
-  mean = tf.reduce_mean(tf.cast(_grayscale(image), tf.float32))
-  degenerate = tf.cast(tf.clip_by_value(mean, 0.0, 255.0), tf.uint8)
-  return blend(tf.fill(tf.shape(image), degenerate), image, factor)
+    mean = tf.reduce_mean(tf.cast(_grayscale(image), tf.float32))
+    degenerate = tf.cast(tf.clip_by_value(mean, 0.0, 255.0), tf.uint8)
+    return blend(tf.fill(tf.shape(image), degenerate), image, factor)
 
 
 def brightness(image, factor):
-  return blend(tf.zeros_like(image), image, factor)
+    return blend(tf.zeros_like(image), image, factor)
 
 
 def sharpness(image, factor):
-  """Blends with PIL's SMOOTH filter (3x3, centre weight 5, /13) of the image;
-  the 1-pixel border keeps its original values."""
-  kernel = tf.constant([[1, 1, 1], [1, 5, 1], [1, 1, 1]], tf.float32) / 13.0
-  kernel = tf.tile(kernel[:, :, None, None], [1, 1, 3, 1])
-  smooth = tf.nn.depthwise_conv2d(tf.cast(image, tf.float32)[None], kernel,
-                                  strides=[1, 1, 1, 1], padding="VALID")[0]
-  smooth = tf.cast(tf.clip_by_value(smooth, 0.0, 255.0), tf.uint8)
-  return blend(paste(image, smooth, 1, 1), image, factor)
+    """Blends with PIL's SMOOTH filter (3x3, centre weight 5, /13) of the image;
+    the 1-pixel border keeps its original values."""
+    kernel = tf.constant([[1, 1, 1], [1, 5, 1], [1, 1, 1]], tf.float32) / 13.0
+    kernel = tf.tile(kernel[:, :, None, None], [1, 1, 3, 1])
+    smooth = tf.nn.depthwise_conv2d(
+        tf.cast(image, tf.float32)[None], kernel, strides=[1, 1, 1, 1], padding="VALID"
+    )[0]
+    smooth = tf.cast(tf.clip_by_value(smooth, 0.0, 255.0), tf.uint8)
+    return blend(paste(image, smooth, 1, 1), image, factor)
 
 
 def _op_fn(name, magnitude):
-  """fn(image uint8 (H, W, 3), sign float32 scalar +-1, seed int64 [2]) -> uint8
-  image: op `name` at `magnitude` (the mapping in the module docstring)."""
-  level = float(magnitude) / MAX_LEVEL
-  factor = level * 1.8 + 0.1
+    """fn(image uint8 (H, W, 3), sign float32 scalar +-1, seed int64 [2]) -> uint8
+    image: op `name` at `magnitude` (the mapping in the module docstring)."""
+    level = float(magnitude) / MAX_LEVEL
+    factor = level * 1.8 + 0.1
 
-  def rel(const):  # an official 224 px pixel constant at this level, per pixel of side
-    return level * const / REFERENCE_SIZE
+    def rel(const):  # an official 224 px pixel constant at this level, per pixel of side
+        return level * const / REFERENCE_SIZE
 
-  def side(image, axis):
-    return tf.cast(tf.shape(image)[axis], tf.float32)
+    def side(image, axis):
+        return tf.cast(tf.shape(image)[axis], tf.float32)
 
-  def cutout_op(image, sign, seed):
-    del sign
-    h, w = _size(image)
-    # float64 so that the 224 px case gives exactly the official int(level * 40).
-    pad = tf.cast(tf.floor(tf.cast(tf.minimum(h, w), tf.float64) * rel(CUTOUT_CONST) + 1e-9),
-                  tf.int32)
-    seeds = tf.random.experimental.stateless_split(seed, 2)
-    cy = tf.random.stateless_uniform([], seeds[0], 0, h, tf.int32)
-    cx = tf.random.stateless_uniform([], seeds[1], 0, w, tf.int32)
-    return cutout(image, pad, (cy, cx))
+    def cutout_op(image, sign, seed):
+        del sign
+        h, w = _size(image)
+        # float64 so that the 224 px case gives exactly the official int(level * 40).
+        pad = tf.cast(
+            tf.floor(tf.cast(tf.minimum(h, w), tf.float64) * rel(CUTOUT_CONST) + 1e-9), tf.int32
+        )
+        seeds = tf.random.experimental.stateless_split(seed, 2)
+        cy = tf.random.stateless_uniform([], seeds[0], 0, h, tf.int32)
+        cx = tf.random.stateless_uniform([], seeds[1], 0, w, tf.int32)
+        return cutout(image, pad, (cy, cx))
 
-  shift = min((8 - int(level * 4)) % 256, 7)   # as TF runs the official uint8 code
-  threshold = int(level * 256) % 256           # likewise (uint8 wrap-around)
-  fns = {
-      "AutoContrast": lambda x, s, _: autocontrast(x),
-      "Equalize": lambda x, s, _: equalize(x),
-      "Invert": lambda x, s, _: invert(x),
-      "Rotate": lambda x, s, _: rotate(x, s * (level * 30.0)),
-      "Posterize": lambda x, s, _: posterize(x, shift),
-      "Solarize": lambda x, s, _: solarize(x, threshold),
-      "Color": lambda x, s, _: color(x, factor),
-      "Contrast": lambda x, s, _: contrast(x, factor),
-      "Brightness": lambda x, s, _: brightness(x, factor),
-      "Sharpness": lambda x, s, _: sharpness(x, factor),
-      "ShearX": lambda x, s, _: shear_x(x, s * (level * 0.3)),
-      "ShearY": lambda x, s, _: shear_y(x, s * (level * 0.3)),
-      "TranslateX": lambda x, s, _: translate_x(x, s * rel(TRANSLATE_CONST) * side(x, 1)),
-      "TranslateY": lambda x, s, _: translate_y(x, s * rel(TRANSLATE_CONST) * side(x, 0)),
-      "Cutout": cutout_op,
-      "SolarizeAdd": lambda x, s, _: solarize_add(x, int(level * 110)),
-  }
-  if name not in fns:
-    raise ValueError(f"unknown RandAugment op {name!r}: expected one of {', '.join(OP_NAMES)}")
-  return fns[name]
+    shift = min((8 - int(level * 4)) % 256, 7)  # as TF runs the official uint8 code
+    threshold = int(level * 256) % 256  # likewise (uint8 wrap-around)
+    fns = {
+        "AutoContrast": lambda x, s, _: autocontrast(x),
+        "Equalize": lambda x, s, _: equalize(x),
+        "Invert": lambda x, s, _: invert(x),
+        "Rotate": lambda x, s, _: rotate(x, s * (level * 30.0)),
+        "Posterize": lambda x, s, _: posterize(x, shift),
+        "Solarize": lambda x, s, _: solarize(x, threshold),
+        "Color": lambda x, s, _: color(x, factor),
+        "Contrast": lambda x, s, _: contrast(x, factor),
+        "Brightness": lambda x, s, _: brightness(x, factor),
+        "Sharpness": lambda x, s, _: sharpness(x, factor),
+        "ShearX": lambda x, s, _: shear_x(x, s * (level * 0.3)),
+        "ShearY": lambda x, s, _: shear_y(x, s * (level * 0.3)),
+        "TranslateX": lambda x, s, _: translate_x(x, s * rel(TRANSLATE_CONST) * side(x, 1)),
+        "TranslateY": lambda x, s, _: translate_y(x, s * rel(TRANSLATE_CONST) * side(x, 0)),
+        "Cutout": cutout_op,
+        "SolarizeAdd": lambda x, s, _: solarize_add(x, int(level * 110)),
+    }
+    if name not in fns:
+        raise ValueError(f"unknown RandAugment op {name!r}: expected one of {', '.join(OP_NAMES)}")
+    return fns[name]
 
 
 def _random_sign(seed):
-  return tf.where(tf.random.stateless_uniform([], seed) < 0.5, -1.0, 1.0)
+    return tf.where(tf.random.stateless_uniform([], seed) < 0.5, -1.0, 1.0)
 
 
 def _layer_draws(layer_seed, prob_range):
-  """(op index int32, sign float32, op-argument seed, apply bool) for one layer."""
-  op_seed, sign_seed, arg_seed, prob_seed = tf.unstack(
-      tf.random.experimental.stateless_split(layer_seed, 4))
-  op = tf.random.stateless_uniform([], op_seed, 0, len(OP_NAMES), tf.int32)
-  if prob_range is None:
-    apply = tf.constant(True)
-  else:
-    lo, hi = prob_range
-    u = tf.random.stateless_uniform([2], prob_seed)
-    apply = u[1] < lo + (hi - lo) * u[0]
-  return op, _random_sign(sign_seed), arg_seed, apply
+    """(op index int32, sign float32, op-argument seed, apply bool) for one layer."""
+    op_seed, sign_seed, arg_seed, prob_seed = tf.unstack(
+        tf.random.experimental.stateless_split(layer_seed, 4)
+    )
+    op = tf.random.stateless_uniform([], op_seed, 0, len(OP_NAMES), tf.int32)
+    if prob_range is None:
+        apply = tf.constant(True)
+    else:
+        lo, hi = prob_range
+        u = tf.random.stateless_uniform([2], prob_seed)
+        apply = u[1] < lo + (hi - lo) * u[0]
+    return op, _random_sign(sign_seed), arg_seed, apply
 
 
 def sample_ops(seed, num_layers):
-  """The op indices (into OP_NAMES) `randaug` applies for this seed: int32 [num_layers]."""
-  layer_seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num_layers)
-  return tf.stack([_layer_draws(layer_seeds[i], None)[0] for i in range(num_layers)])
+    """The op indices (into OP_NAMES) `randaug` applies for this seed: int32 [num_layers]."""
+    layer_seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num_layers)
+    return tf.stack([_layer_draws(layer_seeds[i], None)[0] for i in range(num_layers)])
 
 
 def apply_op(image, name, magnitude, seed):
-  """One RandAugment op at magnitude m, the function `randaug` applies when it
-  draws `name` (the sign and the Cutout centre are drawn here from `seed`).
+    """One RandAugment op at magnitude m, the function `randaug` applies when it
+    draws `name` (the sign and the Cutout centre are drawn here from `seed`).
 
-  Args:
-    image: (H, W, 3) float in 0..255 (or uint8).
-    name: one of OP_NAMES.
-    magnitude: the RandAugment magnitude m (0..30 in practice).
-    seed: int [2]; draws the sign (Rotate/Shear/Translate) and the Cutout centre.
-  Returns:
-    (H, W, 3) float32 with integer values in 0..255.
-  """
-  seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2)
-  out = _op_fn(name, magnitude)(_to_uint8(image), _random_sign(seeds[0]), seeds[1])
-  return tf.cast(out, tf.float32)
+    Args:
+      image: (H, W, 3) float in 0..255 (or uint8).
+      name: one of OP_NAMES.
+      magnitude: the RandAugment magnitude m (0..30 in practice).
+      seed: int [2]; draws the sign (Rotate/Shear/Translate) and the Cutout centre.
+    Returns:
+      (H, W, 3) float32 with integer values in 0..255.
+    """
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2)
+    out = _op_fn(name, magnitude)(_to_uint8(image), _random_sign(seeds[0]), seeds[1])
+    return tf.cast(out, tf.float32)
 
 
 def randaug(image, seed, num_layers=2, magnitude=10, prob_range=None):
-  """RandAugment of one image with its own ops (big_vision `randaug(n, m)`).
+    """RandAugment of one image with its own ops (big_vision `randaug(n, m)`).
 
-  Args:
-    image: (H, W, 3) float in 0..255 (any size; or uint8).
-    seed: int64 [2], this image's seed (a pure function of (seed, epoch, index)
-      in the input pipeline).
-    num_layers: ops applied in sequence (N).
-    magnitude: shared magnitude (M).
-    prob_range: None (the official behaviour: the drawn op is always applied) or
-      (lo, hi): per layer the image draws p ~ U(lo, hi) and applies the op with
-      probability p.
-  Returns:
-    (H, W, 3) float32 with integer values in 0..255.
-  """
-  x = _to_uint8(image)
-  if not num_layers:
+    Args:
+      image: (H, W, 3) float in 0..255 (any size; or uint8).
+      seed: int64 [2], this image's seed (a pure function of (seed, epoch, index)
+        in the input pipeline).
+      num_layers: ops applied in sequence (N).
+      magnitude: shared magnitude (M).
+      prob_range: None (the official behaviour: the drawn op is always applied) or
+        (lo, hi): per layer the image draws p ~ U(lo, hi) and applies the op with
+        probability p.
+    Returns:
+      (H, W, 3) float32 with integer values in 0..255.
+    """
+    x = _to_uint8(image)
+    if not num_layers:
+        return tf.cast(x, tf.float32)
+    fns = [_op_fn(name, magnitude) for name in OP_NAMES]
+    layer_seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num_layers)
+    for i in range(num_layers):
+        op, sign, arg_seed, apply = _layer_draws(layer_seeds[i], prob_range)
+
+        def run(x=x, op=op, sign=sign, arg_seed=arg_seed):
+            branches = [lambda f=f: f(x, sign, arg_seed) for f in fns]
+            return tf.switch_case(op, branches)
+
+        if prob_range is None:
+            x = run()
+        else:
+            x = tf.cond(apply, run, lambda x=x: x)
+        x = tf.ensure_shape(x, image.shape)
     return tf.cast(x, tf.float32)
-  fns = [_op_fn(name, magnitude) for name in OP_NAMES]
-  layer_seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num_layers)
-  for i in range(num_layers):
-    op, sign, arg_seed, apply = _layer_draws(layer_seeds[i], prob_range)
-
-    def run(x=x, op=op, sign=sign, arg_seed=arg_seed):
-      branches = [lambda f=f: f(x, sign, arg_seed) for f in fns]
-      return tf.switch_case(op, branches)
-    if prob_range is None:
-      x = run()
-    else:
-      x = tf.cond(apply, run, lambda x=x: x)
-    x = tf.ensure_shape(x, image.shape)
-  return tf.cast(x, tf.float32)
 
 
 # --- Mixup / CutMix on batches --------------------------------------------------
 
+
 def mix_seed(seed, step):
-  """The per-batch seed, int64 [2]: a pure function of (pipeline seed, step)."""
-  base = tf.stack([tf.cast(seed, tf.int64), tf.constant(MIX_KEY, tf.int64)])
-  return tf.random.experimental.stateless_fold_in(base, tf.cast(step, tf.int64))
+    """The per-batch seed, int64 [2]: a pure function of (pipeline seed, step)."""
+    base = tf.stack([tf.cast(seed, tf.int64), tf.constant(MIX_KEY, tf.int64)])
+    return tf.random.experimental.stateless_fold_in(base, tf.cast(step, tf.int64))
 
 
 def sample_beta(seed, alpha):
-  """lambda ~ Beta(alpha, alpha) as a float32 scalar (ratio of two Gammas)."""
-  g = tf.random.stateless_gamma([2], seed, alpha=tf.constant(alpha, tf.float64),
-                                dtype=tf.float64)
-  total = g[0] + g[1]
-  return tf.cast(tf.where(total > 0, g[0] / tf.where(total > 0, total, 1.0), 0.5),
-                 tf.float32)
+    """lambda ~ Beta(alpha, alpha) as a float32 scalar (ratio of two Gammas)."""
+    g = tf.random.stateless_gamma([2], seed, alpha=tf.constant(alpha, tf.float64), dtype=tf.float64)
+    total = g[0] + g[1]
+    return tf.cast(tf.where(total > 0, g[0] / tf.where(total > 0, total, 1.0), 0.5), tf.float32)
 
 
 def mixup(images, labels, lam):
-  """lam * x + (1 - lam) * roll(x, 1) for images (B, H, W, C) and labels (B, K)."""
-  def mix(x):
-    return lam * x + (1.0 - lam) * tf.roll(x, 1, axis=0)
-  return mix(images), mix(labels)
+    """lam * x + (1 - lam) * roll(x, 1) for images (B, H, W, C) and labels (B, K)."""
+
+    def mix(x):
+        return lam * x + (1.0 - lam) * tf.roll(x, 1, axis=0)
+
+    return mix(images), mix(labels)
 
 
 def cutmix_box(lam, height, width, seed):
-  """CutMix box for mixing ratio `lam`: (y1, y2, x1, x2) int32, clipped."""
-  cut = tf.sqrt(1.0 - lam)
-  cut_h = tf.cast(tf.floor(cut * tf.cast(height, tf.float32)), tf.int32)
-  cut_w = tf.cast(tf.floor(cut * tf.cast(width, tf.float32)), tf.int32)
-  seeds = tf.random.experimental.stateless_split(seed, 2)
-  cy = tf.random.stateless_uniform([], seeds[0], 0, height, tf.int32)
-  cx = tf.random.stateless_uniform([], seeds[1], 0, width, tf.int32)
-  return (tf.clip_by_value(cy - cut_h // 2, 0, height),
-          tf.clip_by_value(cy + cut_h // 2, 0, height),
-          tf.clip_by_value(cx - cut_w // 2, 0, width),
-          tf.clip_by_value(cx + cut_w // 2, 0, width))
+    """CutMix box for mixing ratio `lam`: (y1, y2, x1, x2) int32, clipped."""
+    cut = tf.sqrt(1.0 - lam)
+    cut_h = tf.cast(tf.floor(cut * tf.cast(height, tf.float32)), tf.int32)
+    cut_w = tf.cast(tf.floor(cut * tf.cast(width, tf.float32)), tf.int32)
+    seeds = tf.random.experimental.stateless_split(seed, 2)
+    cy = tf.random.stateless_uniform([], seeds[0], 0, height, tf.int32)
+    cx = tf.random.stateless_uniform([], seeds[1], 0, width, tf.int32)
+    return (
+        tf.clip_by_value(cy - cut_h // 2, 0, height),
+        tf.clip_by_value(cy + cut_h // 2, 0, height),
+        tf.clip_by_value(cx - cut_w // 2, 0, width),
+        tf.clip_by_value(cx + cut_w // 2, 0, width),
+    )
 
 
 def cutmix(images, labels, box):
-  """Pastes `box` of roll(images, 1) into images; labels mixed by its area.
-  images (B, H, W, C), labels (B, K) -> same shapes."""
-  y1, y2, x1, x2 = box
-  shape = tf.shape(images)
-  height, width = shape[1], shape[2]
-  images = paste(images, tf.roll(images[:, y1:y2, x1:x2], 1, axis=0), y1, x1)
-  area = tf.cast((y2 - y1) * (x2 - x1), tf.float32) / tf.cast(height * width, tf.float32)
-  labels = (1.0 - area) * labels + area * tf.roll(labels, 1, axis=0)
-  return images, labels
+    """Pastes `box` of roll(images, 1) into images; labels mixed by its area.
+    images (B, H, W, C), labels (B, K) -> same shapes."""
+    y1, y2, x1, x2 = box
+    shape = tf.shape(images)
+    height, width = shape[1], shape[2]
+    images = paste(images, tf.roll(images[:, y1:y2, x1:x2], 1, axis=0), y1, x1)
+    area = tf.cast((y2 - y1) * (x2 - x1), tf.float32) / tf.cast(height * width, tf.float32)
+    labels = (1.0 - area) * labels + area * tf.roll(labels, 1, axis=0)
+    return images, labels
 
 
 def mix_batch(images, labels, seed, mixup_alpha=0.0, cutmix_alpha=0.0):
-  """Mixup or CutMix of a batch with the batch rolled by one (module docstring).
+    """Mixup or CutMix of a batch with the batch rolled by one (module docstring).
 
-  Args:
-    images: (B, H, W, C) float.
-    labels: (B, K) float, one-hot or multi-hot.
-    seed: int64 [2], the batch seed (`mix_seed`).
-    mixup_alpha, cutmix_alpha: Beta alphas; 0 = off. Both on: one of the two per
-      batch, CutMix with probability 0.5.
-  Returns:
-    (images, labels), same shapes and dtypes.
-  """
-  if not (mixup_alpha or cutmix_alpha):
-    return images, labels
-  labels = tf.cast(labels, images.dtype)
-  choice_seed, lam_seed, box_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+    Args:
+      images: (B, H, W, C) float.
+      labels: (B, K) float, one-hot or multi-hot.
+      seed: int64 [2], the batch seed (`mix_seed`).
+      mixup_alpha, cutmix_alpha: Beta alphas; 0 = off. Both on: one of the two per
+        batch, CutMix with probability 0.5.
+    Returns:
+      (images, labels), same shapes and dtypes.
+    """
+    if not (mixup_alpha or cutmix_alpha):
+        return images, labels
+    labels = tf.cast(labels, images.dtype)
+    choice_seed, lam_seed, box_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
 
-  def do_mixup():
-    lam = sample_beta(lam_seed, mixup_alpha)
-    return mixup(images, labels, tf.maximum(lam, 1.0 - lam))
+    def do_mixup():
+        lam = sample_beta(lam_seed, mixup_alpha)
+        return mixup(images, labels, tf.maximum(lam, 1.0 - lam))
 
-  def do_cutmix():
-    lam = sample_beta(lam_seed, cutmix_alpha)
-    shape = tf.shape(images)
-    return cutmix(images, labels, cutmix_box(lam, shape[1], shape[2], box_seed))
+    def do_cutmix():
+        lam = sample_beta(lam_seed, cutmix_alpha)
+        shape = tf.shape(images)
+        return cutmix(images, labels, cutmix_box(lam, shape[1], shape[2], box_seed))
 
-  if not cutmix_alpha:
-    return do_mixup()
-  if not mixup_alpha:
-    return do_cutmix()
-  use_cutmix = tf.random.stateless_uniform([], choice_seed) < 0.5
-  return tf.cond(use_cutmix, do_cutmix, do_mixup)
+    if not cutmix_alpha:
+        return do_mixup()
+    if not mixup_alpha:
+        return do_cutmix()
+    use_cutmix = tf.random.stateless_uniform([], choice_seed) < 0.5
+    return tf.cond(use_cutmix, do_cutmix, do_mixup)

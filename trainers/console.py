@@ -17,6 +17,7 @@ warnings and errors of ours too.
 and without one (CI logs, a pipe) a plain line every `every_seconds` instead of
 carriage-return updates.
 """
+
 import atexit
 import logging
 import os
@@ -33,11 +34,11 @@ _TF_CPP_LEVEL = "2"
 
 
 def verbosity():
-  """'quiet', 'info' (the default) or 'library', from $KERAS_VIT_VERBOSITY."""
-  value = os.environ.get(VERBOSITY_ENV, "info").strip().lower() or "info"
-  if value not in ("quiet", "info", "library"):
-    raise ValueError(f"{VERBOSITY_ENV}={value!r}: use quiet, info or library")
-  return value
+    """'quiet', 'info' (the default) or 'library', from $KERAS_VIT_VERBOSITY."""
+    value = os.environ.get(VERBOSITY_ENV, "info").strip().lower() or "info"
+    if value not in ("quiet", "info", "library"):
+        raise ValueError(f"{VERBOSITY_ENV}={value!r}: use quiet, info or library")
+    return value
 
 
 # TensorFlow's C++ side logs through absl before absl::InitializeLog() runs, and such
@@ -47,9 +48,11 @@ def verbosity():
 # WARNING lines ("I1201 09:00:00.123 4567 port.cc:153] ...") and the pre-init notice,
 # and passes everything else (ERROR/FATAL lines, Python tracebacks, our lines) on at
 # once. A process of its own, so that whatever a crash writes last is still passed on.
-_DROP = (r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are "
-         r"written to STDERR|[IW]\d{4} [0-9:.]+ +\d+ [^ ]+:\d+\] .*"
-         r"|INFO: .*)$")  # TFLite's own INFO lines ("Created TensorFlow Lite XNNPACK ...")
+_DROP = (
+    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are "
+    r"written to STDERR|[IW]\d{4} [0-9:.]+ +\d+ [^ ]+:\d+\] .*"
+    r"|INFO: .*)$"
+)  # TFLite's own INFO lines ("Created TensorFlow Lite XNNPACK ...")
 _FILTER = f"""
 import re, sys
 drop = re.compile({_DROP!r})
@@ -64,231 +67,267 @@ _terminal = None  # the original stderr, for the progress bar, once fd 2 is filt
 
 
 def dropped_line(line):
-  """Whether the stderr filter drops `line` (tested against real TF output)."""
-  return re.match(_DROP, line.rstrip("\r\n")) is not None
+    """Whether the stderr filter drops `line` (tested against real TF output)."""
+    return re.match(_DROP, line.rstrip("\r\n")) is not None
 
 
 def _filter_stderr():
-  """Routes fd 2 through the filter process (once per process tree)."""
-  global _terminal
-  if os.environ.get(_FILTERED_ENV) or _terminal is not None:
-    return
-  try:
-    sys.stderr.flush()
-    saved = os.dup(2)
-    proc = subprocess.Popen([sys.executable, "-u", "-c", _FILTER], stdin=subprocess.PIPE,
-                            stdout=saved, stderr=saved, close_fds=True)
-  except OSError:
-    return
-  _terminal = os.fdopen(os.dup(saved), "w", buffering=1)
-  os.dup2(proc.stdin.fileno(), 2)
-  proc.stdin.close()
-  os.environ[_FILTERED_ENV] = "1"
+    """Routes fd 2 through the filter process (once per process tree)."""
+    global _terminal
+    if os.environ.get(_FILTERED_ENV) or _terminal is not None:
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-c", _FILTER],
+            stdin=subprocess.PIPE,
+            stdout=saved,
+            stderr=saved,
+            close_fds=True,
+        )
+    except OSError:
+        return
+    _terminal = os.fdopen(os.dup(saved), "w", buffering=1)
+    os.dup2(proc.stdin.fileno(), 2)
+    proc.stdin.close()
+    os.environ[_FILTERED_ENV] = "1"
 
-  def restore():
-    try:
-      sys.stderr.flush()
-    except (OSError, ValueError):
-      pass
-    os.dup2(saved, 2)  # the filter sees EOF once our children are done too
-    try:
-      proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-      pass
-  atexit.register(restore)
+    def restore():
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(saved, 2)  # the filter sees EOF once our children are done too
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    atexit.register(restore)
 
 
 def terminal():
-  """The stream the user sees (stderr before filtering)."""
-  return _terminal or sys.stderr
+    """The stream the user sees (stderr before filtering)."""
+    return _terminal or sys.stderr
 
 
 def _explicit_absl_verbosity(argv):
-  return any(a.startswith(("--verbosity", "-v=", "--v=")) for a in argv)
+    return any(a.startswith(("--verbosity", "-v=", "--v=")) for a in argv)
 
 
 def quiet_environment(env=None):
-  """`env` (default os.environ) with the variables that silence TensorFlow's C++
-  side set, for this process (before TensorFlow is imported) and for children."""
-  env = os.environ if env is None else env
-  if verbosity() != "library":
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", _TF_CPP_LEVEL)
-    # absl's C++ logging (used by XLA and TSL) reads its own threshold.
-    env.setdefault("TF_CPP_MAX_VLOG_LEVEL", "-1")
-    env.setdefault("ABSL_MIN_LOG_LEVEL", _TF_CPP_LEVEL)
-    env.setdefault("GRPC_VERBOSITY", "ERROR")
-  return env
+    """`env` (default os.environ) with the variables that silence TensorFlow's C++
+    side set, for this process (before TensorFlow is imported) and for children."""
+    env = os.environ if env is None else env
+    if verbosity() != "library":
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", _TF_CPP_LEVEL)
+        # absl's C++ logging (used by XLA and TSL) reads its own threshold.
+        env.setdefault("TF_CPP_MAX_VLOG_LEVEL", "-1")
+        env.setdefault("ABSL_MIN_LOG_LEVEL", _TF_CPP_LEVEL)
+        env.setdefault("GRPC_VERBOSITY", "ERROR")
+    return env
 
 
 class _OurFormatter(logging.Formatter):
-  def format(self, record):
-    prefix = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
-    return f"{time.strftime('%H:%M:%S')} {prefix}{record.getMessage()}"
+    def format(self, record):
+        prefix = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        return f"{time.strftime('%H:%M:%S')} {prefix}{record.getMessage()}"
 
 
 def setup(argv=None):
-  """Sets up this process's output as the module docstring says. Call it first
-  thing (before TensorFlow is imported) and again after absl parsed its flags
-  (absl then raises its own verbosity to INFO): it is idempotent."""
-  argv = sys.argv if argv is None else argv
-  level = verbosity()
-  if level == "library" or _explicit_absl_verbosity(argv):
-    return
-  quiet_environment()
-  _filter_stderr()
-  ours = logging.INFO if level == "info" else logging.WARNING
-  handler = None
-  for name in OUR_LOGGERS:
-    logger = logging.getLogger(name)
-    logger.setLevel(ours)
-    if not any(getattr(h, "_keras_vit", False) for h in logger.handlers):
-      handler = handler or logging.StreamHandler(terminal())
-      handler._keras_vit = True  # pylint: disable=protected-access
-      handler.setFormatter(_OurFormatter())
-      logger.addHandler(handler)
-    logger.propagate = False
-  for name in ("tensorflow", "absl", "jax", "h5py", "matplotlib", "PIL"):
-    logging.getLogger(name).setLevel(logging.ERROR)
-  try:
-    from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
-    absl_logging.set_verbosity(absl_logging.ERROR)
-    absl_logging.set_stderrthreshold(absl_logging.ERROR)
-  except ImportError:
-    pass
-  # Python warnings from the libraries (Keras, TF, numpy); ours still show.
-  warnings.filterwarnings("ignore")
-  for name in OUR_LOGGERS:
-    warnings.filterwarnings("default", module=rf"{name}(\.|$)")
+    """Sets up this process's output as the module docstring says. Call it first
+    thing (before TensorFlow is imported) and again after absl parsed its flags
+    (absl then raises its own verbosity to INFO): it is idempotent."""
+    argv = sys.argv if argv is None else argv
+    level = verbosity()
+    if level == "library" or _explicit_absl_verbosity(argv):
+        return
+    quiet_environment()
+    _filter_stderr()
+    ours = logging.INFO if level == "info" else logging.WARNING
+    handler = None
+    for name in OUR_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(ours)
+        if not any(getattr(h, "_keras_vit", False) for h in logger.handlers):
+            handler = handler or logging.StreamHandler(terminal())
+            handler._keras_vit = True
+            handler.setFormatter(_OurFormatter())
+            logger.addHandler(handler)
+        logger.propagate = False
+    for name in ("tensorflow", "absl", "jax", "h5py", "matplotlib", "PIL"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.ERROR)
+        absl_logging.set_stderrthreshold(absl_logging.ERROR)
+    except ImportError:
+        pass
+    # Python warnings from the libraries (Keras, TF, numpy); ours still show.
+    warnings.filterwarnings("ignore")
+    for name in OUR_LOGGERS:
+        warnings.filterwarnings("default", module=rf"{name}(\.|$)")
 
 
 def _plural(unit):
-  return unit + ("es" if unit.endswith(("s", "x", "ch", "sh")) else "s")
+    return unit + ("es" if unit.endswith(("s", "x", "ch", "sh")) else "s")
 
 
 def _format_seconds(seconds):
-  seconds = int(max(seconds, 0))
-  h, rem = divmod(seconds, 3600)
-  m, s = divmod(rem, 60)
-  return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+    seconds = int(max(seconds, 0))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 class Progress:
-  """A progress bar over `total` units.
+    """A progress bar over `total` units.
 
-  Args:
-    total: units to do (steps, images, batches).
-    desc: what is being done, printed before the bar.
-    unit: the units' name.
-    initial: units already done (a resumed run).
-    scale: items per unit for the rate shown (e.g. the global batch: images/s).
-    scale_unit: the name of those items.
-    stream: default sys.stderr; tqdm on a terminal, plain lines otherwise.
-    every_seconds: without a terminal, one line at most this often (and the last).
-  """
+    Args:
+      total: units to do (steps, images, batches).
+      desc: what is being done, printed before the bar.
+      unit: the units' name.
+      initial: units already done (a resumed run).
+      scale: items per unit for the rate shown (e.g. the global batch: images/s).
+      scale_unit: the name of those items.
+      stream: default sys.stderr; tqdm on a terminal, plain lines otherwise.
+      every_seconds: without a terminal, one line at most this often (and the last).
+    """
 
-  def __init__(self, total, desc, unit="step", initial=0, scale=1, scale_unit=None,
-               stream=None, every_seconds=30.0):
-    self.total, self.desc, self.unit = int(total), desc, unit
-    self.n = self._start = int(initial)
-    self.scale, self.scale_unit = scale, scale_unit or unit
-    self.stream = stream or terminal()
-    self.every_seconds = float(every_seconds)
-    self.postfix = {}
-    self._t0 = self._last_print = time.perf_counter()
-    self._first = None  # (time, n) of the first update: rate and ETA leave out the start-up
-    self._bar = None
-    self._closed = False
-    if verbosity() == "quiet":
-      self.stream = None
-    elif getattr(self.stream, "isatty", lambda: False)():
-      import tqdm  # pylint: disable=g-import-not-at-top
-      self._bar = tqdm.tqdm(total=self.total, initial=self.n, desc=desc, unit=unit,
-                            file=self.stream, dynamic_ncols=True, leave=True)
+    def __init__(
+        self,
+        total,
+        desc,
+        unit="step",
+        initial=0,
+        scale=1,
+        scale_unit=None,
+        stream=None,
+        every_seconds=30.0,
+    ):
+        self.total, self.desc, self.unit = int(total), desc, unit
+        self.n = self._start = int(initial)
+        self.scale, self.scale_unit = scale, scale_unit or unit
+        self.stream = stream or terminal()
+        self.every_seconds = float(every_seconds)
+        self.postfix = {}
+        self._t0 = self._last_print = time.perf_counter()
+        self._first = None  # (time, n) of the first update: rate and ETA leave out the start-up
+        self._bar = None
+        self._closed = False
+        if verbosity() == "quiet":
+            self.stream = None
+        elif getattr(self.stream, "isatty", lambda: False)():
+            import tqdm
 
-  def _since_first(self):
-    """(units, seconds) since the first update: the time to it (tracing, compilation)
-    says nothing about the rate."""
-    if self._first is None:
-      return 0, 0.0
-    return self.n - self._first[1], time.perf_counter() - self._first[0]
+            self._bar = tqdm.tqdm(
+                total=self.total,
+                initial=self.n,
+                desc=desc,
+                unit=unit,
+                file=self.stream,
+                dynamic_ncols=True,
+                leave=True,
+            )
 
-  def rate(self):
-    """Items (units x scale) per second since the first update."""
-    done, seconds = self._since_first()
-    return done * self.scale / seconds if done and seconds > 0 else 0.0
+    def _since_first(self):
+        """(units, seconds) since the first update: the time to it (tracing, compilation)
+        says nothing about the rate."""
+        if self._first is None:
+            return 0, 0.0
+        return self.n - self._first[1], time.perf_counter() - self._first[0]
 
-  def _postfix_text(self):
-    return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                     for k, v in self.postfix.items())
+    def rate(self):
+        """Items (units x scale) per second since the first update."""
+        done, seconds = self._since_first()
+        return done * self.scale / seconds if done and seconds > 0 else 0.0
 
-  def line(self):
-    """The plain-text state: 'desc: 500/2000 steps (25%), 1116 images/s, ETA 1:20, ...'."""
-    done, since = self._since_first()
-    seconds = time.perf_counter() - self._t0
-    left = self.total - self.n
-    eta = left * since / done if done else (0.0 if not left else None)
-    parts = [f"{self.desc}: {self.n}/{self.total} {_plural(self.unit)} "
-             f"({100 * self.n / max(self.total, 1):.0f}%)",
-             f"{self.rate():.0f} {_plural(self.scale_unit)}/s" if done else "starting",
-             f"elapsed {_format_seconds(seconds)}",
-             f"ETA {_format_seconds(eta) if eta is not None else '?'}"]
-    if self.postfix:
-      parts.append(self._postfix_text())
-    return ", ".join(parts)
+    def _postfix_text(self):
+        return ", ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.postfix.items()
+        )
 
-  def update(self, n=1, **postfix):
-    """Advances by `n` units; keyword arguments are shown beside the bar."""
-    if self._first is None:
-      self._first = (time.perf_counter(), self.n + int(n))
-    self.n = min(self.n + int(n), self.total)
-    self.postfix.update({k: (float(v) if hasattr(v, "__float__") and not isinstance(v, int)
-                             else v) for k, v in postfix.items()})
-    if self._bar is not None:
-      self._bar.update(int(n))
-      if postfix:
-        extra = ({"rate": f"{self.rate():.0f} {_plural(self.scale_unit)}/s"}
-                 if self.scale != 1 else {})
-        self._bar.set_postfix_str(", ".join(filter(None, [self._postfix_text(),
-                                                          *extra.values()])), refresh=False)
-    elif self.stream is not None:
-      now = time.perf_counter()
-      if now - self._last_print >= self.every_seconds or self.n >= self.total:
-        self._last_print = now
-        print(self.line(), file=self.stream, flush=True)
+    def line(self):
+        """The plain-text state: 'desc: 500/2000 steps (25%), 1116 images/s, ETA 1:20, ...'."""
+        done, since = self._since_first()
+        seconds = time.perf_counter() - self._t0
+        left = self.total - self.n
+        eta = left * since / done if done else (0.0 if not left else None)
+        parts = [
+            f"{self.desc}: {self.n}/{self.total} {_plural(self.unit)} "
+            f"({100 * self.n / max(self.total, 1):.0f}%)",
+            f"{self.rate():.0f} {_plural(self.scale_unit)}/s" if done else "starting",
+            f"elapsed {_format_seconds(seconds)}",
+            f"ETA {_format_seconds(eta) if eta is not None else '?'}",
+        ]
+        if self.postfix:
+            parts.append(self._postfix_text())
+        return ", ".join(parts)
 
-  def close(self):
-    if self._closed:
-      return
-    self._closed = True
-    if self._bar is not None:
-      self._bar.close()
-    elif self.stream is not None and self.n < self.total and self.n > self._start:
-      print(self.line(), file=self.stream, flush=True)
+    def update(self, n=1, **postfix):
+        """Advances by `n` units; keyword arguments are shown beside the bar."""
+        if self._first is None:
+            self._first = (time.perf_counter(), self.n + int(n))
+        self.n = min(self.n + int(n), self.total)
+        self.postfix.update(
+            {
+                k: (float(v) if hasattr(v, "__float__") and not isinstance(v, int) else v)
+                for k, v in postfix.items()
+            }
+        )
+        if self._bar is not None:
+            self._bar.update(int(n))
+            if postfix:
+                extra = (
+                    {"rate": f"{self.rate():.0f} {_plural(self.scale_unit)}/s"}
+                    if self.scale != 1
+                    else {}
+                )
+                self._bar.set_postfix_str(
+                    ", ".join(filter(None, [self._postfix_text(), *extra.values()])), refresh=False
+                )
+        elif self.stream is not None:
+            now = time.perf_counter()
+            if now - self._last_print >= self.every_seconds or self.n >= self.total:
+                self._last_print = now
+                print(self.line(), file=self.stream, flush=True)
 
-  def __enter__(self):
-    return self
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        if self._bar is not None:
+            self._bar.close()
+        elif self.stream is not None and self.n < self.total and self.n > self._start:
+            print(self.line(), file=self.stream, flush=True)
 
-  def __exit__(self, *exc):
-    self.close()
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def progress_batches(iterable, total, desc, unit="batch", **kwargs):
-  """Yields from `iterable`, advancing a `Progress` of `total` units by one each."""
-  bar = Progress(total, desc, unit=unit, **kwargs)
-  try:
-    for item in iterable:
-      yield item
-      bar.update(1)
-  finally:
-    bar.close()
+    """Yields from `iterable`, advancing a `Progress` of `total` units by one each."""
+    bar = Progress(total, desc, unit=unit, **kwargs)
+    try:
+        for item in iterable:
+            yield item
+            bar.update(1)
+    finally:
+        bar.close()
 
 
 def run_app(main):
-  """`absl.app.run(main)` with `setup()` again once the flags are parsed (absl raises
-  its own verbosity to INFO while parsing them)."""
-  from absl import app  # pylint: disable=g-import-not-at-top
+    """`absl.app.run(main)` with `setup()` again once the flags are parsed (absl raises
+    its own verbosity to INFO while parsing them)."""
+    from absl import app
 
-  def _main(argv):
-    setup()
-    return main(argv)
-  app.run(_main)
+    def _main(argv):
+        setup()
+        return main(argv)
+
+    app.run(_main)

@@ -31,6 +31,7 @@ Config keys read by `from_config` (all optional but `fewshot_every`):
                 representation='pre_logits', train_split='train', test_split='test',
                 max_train_examples=10_000, max_test_examples=10_000, batch_size=256)
 """
+
 import logging
 
 import keras
@@ -38,321 +39,390 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import fewshot
-from trainers import console
-from trainers import input_pipeline
+from trainers import console, input_pipeline
 from trainers.summaries import write_scalar
 
 log = logging.getLogger("trainers")
 
-DEFAULTS = dict(shots=fewshot.DEFAULT_SHOTS, num_seeds=3, l2=fewshot.DEFAULT_L2,
-                representation="pre_logits", train_split="train", test_split="test",
-                max_train_examples=10_000, max_test_examples=10_000, batch_size=256)
+DEFAULTS = dict(
+    shots=fewshot.DEFAULT_SHOTS,
+    num_seeds=3,
+    l2=fewshot.DEFAULT_L2,
+    representation="pre_logits",
+    train_split="train",
+    test_split="test",
+    max_train_examples=10_000,
+    max_test_examples=10_000,
+    batch_size=256,
+)
 
 
 def _first(info, max_examples):
-  """The split `info` cut to its first `max_examples` records."""
-  if not max_examples or max_examples >= info.num_examples:
+    """The split `info` cut to its first `max_examples` records."""
+    if not max_examples or max_examples >= info.num_examples:
+        return info
+    counts, left = [], int(max_examples)
+    for count in info.counts:
+        counts.append(min(count, left))
+        left -= counts[-1]
+    info.counts, info.num_examples = counts, int(max_examples)
     return info
-  counts, left = [], int(max_examples)
-  for count in info.counts:
-    counts.append(min(count, left))
-    left -= counts[-1]
-  info.counts, info.num_examples = counts, int(max_examples)
-  return info
 
 
 def _records(info):
-  """The records `input_pipeline.eval_dataset` reads from `info`, in its order."""
-  ds = tf.data.Dataset.from_tensor_slices((info.files, tf.constant(info.counts, tf.int64)))
-  return ds.flat_map(lambda f, c: tf.data.TFRecordDataset(f).take(c))
+    """The records `input_pipeline.eval_dataset` reads from `info`, in its order."""
+    ds = tf.data.Dataset.from_tensor_slices((info.files, tf.constant(info.counts, tf.int64)))
+    return ds.flat_map(lambda f, c: tf.data.TFRecordDataset(f).take(c))
 
 
 _LABEL_SPEC = {"image/class/label": tf.io.VarLenFeature(tf.int64)}
 
 
 def _labels_batched(info, batch_size, bar):
-  """read_labels' fast path: records parsed a batch at a time. Raises
-  tf.errors.OpError, or ValueError for a record without a label."""
-  ds = _records(info).batch(batch_size).map(
-      lambda r: tf.io.parse_example(r, _LABEL_SPEC)["image/class/label"])
-  labels = []
-  for sparse in ds.prefetch(tf.data.AUTOTUNE):
-    rows, values = sparse.indices.numpy()[:, 0], sparse.values.numpy()
-    num_rows = int(sparse.dense_shape[0])
-    present, first = np.unique(rows, return_index=True)  # row-major: first entry per row
-    if len(present) != num_rows:
-      raise ValueError("a record without a label")
-    labels.append(values[first].astype(np.int32).astype(np.int64))  # int32: as parse
-    bar.update(num_rows)
-  labels = np.concatenate(labels) if labels else np.zeros([0], np.int64)
-  return np.arange(len(labels), dtype=np.int64), labels
+    """read_labels' fast path: records parsed a batch at a time. Raises
+    tf.errors.OpError, or ValueError for a record without a label."""
+    ds = (
+        _records(info)
+        .batch(batch_size)
+        .map(lambda r: tf.io.parse_example(r, _LABEL_SPEC)["image/class/label"])
+    )
+    labels = []
+    for sparse in ds.prefetch(tf.data.AUTOTUNE):
+        rows, values = sparse.indices.numpy()[:, 0], sparse.values.numpy()
+        num_rows = int(sparse.dense_shape[0])
+        present, first = np.unique(rows, return_index=True)  # row-major: first entry per row
+        if len(present) != num_rows:
+            raise ValueError("a record without a label")
+        labels.append(values[first].astype(np.int32).astype(np.int64))  # int32: as parse
+        bar.update(num_rows)
+    labels = np.concatenate(labels) if labels else np.zeros([0], np.int64)
+    return np.arange(len(labels), dtype=np.int64), labels
 
 
 def _labels_per_record(info, batch_size, bar):
-  """read_labels' slow path: one record at a time, unparsable ones skipped."""
-  def label(position, record):
-    labels = tf.sparse.to_dense(tf.io.parse_single_example(record, _LABEL_SPEC)
-                                ["image/class/label"])
-    return position, tf.cast(labels[0], tf.int32)  # as input_pipeline.parse
+    """read_labels' slow path: one record at a time, unparsable ones skipped."""
 
-  ds = _records(info).enumerate().map(label, num_parallel_calls=tf.data.AUTOTUNE,
-                                      deterministic=True)
-  positions, labels = [np.zeros([0], np.int64)], [np.zeros([0], np.int64)]
-  for p, y in ds.ignore_errors().batch(batch_size).prefetch(tf.data.AUTOTUNE):
-    positions.append(p.numpy())
-    labels.append(y.numpy().astype(np.int64))
-    bar.update(len(positions[-1]))
-  return np.concatenate(positions), np.concatenate(labels)
+    def label(position, record):
+        labels = tf.sparse.to_dense(
+            tf.io.parse_single_example(record, _LABEL_SPEC)["image/class/label"]
+        )
+        return position, tf.cast(labels[0], tf.int32)  # as input_pipeline.parse
+
+    ds = (
+        _records(info)
+        .enumerate()
+        .map(label, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    )
+    positions, labels = [np.zeros([0], np.int64)], [np.zeros([0], np.int64)]
+    for p, y in ds.ignore_errors().batch(batch_size).prefetch(tf.data.AUTOTUNE):
+        positions.append(p.numpy())
+        labels.append(y.numpy().astype(np.int64))
+        bar.update(len(positions[-1]))
+    return np.concatenate(positions), np.concatenate(labels)
 
 
 def read_labels(info, batch_size=4096, desc="few-shot labels"):
-  """(positions, labels) of the examples `input_pipeline.eval_dataset(info=info)`
-  yields, in its order, read from the label feature alone (no image decoding):
-  example i is record positions[i] of the split (0-based over the records read)
-  and has label labels[i] (the first of the record's labels, as
-  `input_pipeline.parse`). Records whose label does not parse are skipped, as
-  eval_dataset skips them."""
-  with console.Progress(info.num_examples, f"{desc} ({info.name})", unit="record") as bar:
-    try:
-      return _labels_batched(info, batch_size, bar)
-    except (tf.errors.OpError, ValueError) as e:
-      log.warning("few-shot: reading the labels of %r one record at a time (%s)", info.name,
-                  str(e).splitlines()[0] if str(e) else type(e).__name__)
-  with console.Progress(info.num_examples, f"{desc} ({info.name})", unit="record") as bar:
-    return _labels_per_record(info, batch_size, bar)
+    """(positions, labels) of the examples `input_pipeline.eval_dataset(info=info)`
+    yields, in its order, read from the label feature alone (no image decoding):
+    example i is record positions[i] of the split (0-based over the records read)
+    and has label labels[i] (the first of the record's labels, as
+    `input_pipeline.parse`). Records whose label does not parse are skipped, as
+    eval_dataset skips them."""
+    with console.Progress(info.num_examples, f"{desc} ({info.name})", unit="record") as bar:
+        try:
+            return _labels_batched(info, batch_size, bar)
+        except (tf.errors.OpError, ValueError) as e:
+            log.warning(
+                "few-shot: reading the labels of %r one record at a time (%s)",
+                info.name,
+                str(e).splitlines()[0] if str(e) else type(e).__name__,
+            )
+    with console.Progress(info.num_examples, f"{desc} ({info.name})", unit="record") as bar:
+        return _labels_per_record(info, batch_size, bar)
 
 
 def subset_dataset(info, positions, batch_size, image_size):
-  """Batches (images, labels, positions) of the records at `positions` (sorted,
-  as from `read_labels`) of `info`, preprocessed as `input_pipeline.eval_dataset`
-  does, in position order; no padding (the last batch may be smaller). Shards
-  without a wanted record are not opened and each shard is read up to its last
-  wanted record only. A record that fails to parse or decode is skipped."""
-  positions = np.asarray(positions, np.int64)
-  starts = np.cumsum([0, *info.counts[:-1]]).astype(np.int64)
-  files, takes, offsets = [], [], []
-  for f, start, count in zip(info.files, starts, info.counts):
-    mine = positions[(positions >= start) & (positions < start + count)]
-    if len(mine):
-      files.append(f)
-      takes.append(int(mine[-1] - start) + 1)
-      offsets.append(int(start))
-  wanted = np.zeros(int(sum(info.counts)), bool)
-  wanted[positions] = True
-  wanted = tf.constant(wanted)
-  image_size = input_pipeline._size(image_size)  # pylint: disable=protected-access
-  ds = tf.data.Dataset.from_tensor_slices(
-      (files, tf.constant(takes, tf.int64), tf.constant(offsets, tf.int64)))
-  ds = ds.flat_map(lambda f, take, offset:
-                   tf.data.TFRecordDataset(f).take(take).enumerate(start=offset))
-  ds = ds.filter(lambda p, record: tf.gather(wanted, p))
+    """Batches (images, labels, positions) of the records at `positions` (sorted,
+    as from `read_labels`) of `info`, preprocessed as `input_pipeline.eval_dataset`
+    does, in position order; no padding (the last batch may be smaller). Shards
+    without a wanted record are not opened and each shard is read up to its last
+    wanted record only. A record that fails to parse or decode is skipped."""
+    positions = np.asarray(positions, np.int64)
+    starts = np.cumsum([0, *info.counts[:-1]]).astype(np.int64)
+    files, takes, offsets = [], [], []
+    for f, start, count in zip(info.files, starts, info.counts):
+        mine = positions[(positions >= start) & (positions < start + count)]
+        if len(mine):
+            files.append(f)
+            takes.append(int(mine[-1] - start) + 1)
+            offsets.append(int(start))
+    wanted = np.zeros(int(sum(info.counts)), bool)
+    wanted[positions] = True
+    wanted = tf.constant(wanted)
+    image_size = input_pipeline._size(image_size)
+    ds = tf.data.Dataset.from_tensor_slices(
+        (files, tf.constant(takes, tf.int64), tf.constant(offsets, tf.int64))
+    )
+    ds = ds.flat_map(
+        lambda f, take, offset: tf.data.TFRecordDataset(f).take(take).enumerate(start=offset)
+    )
+    ds = ds.filter(lambda p, record: tf.gather(wanted, p))
 
-  def process(position, record):
-    encoded, label = input_pipeline.parse(record, None, False)
-    image = input_pipeline.preprocess_eval(input_pipeline.decode(encoded), image_size)
-    return image, label, position
+    def process(position, record):
+        encoded, label = input_pipeline.parse(record, None, False)
+        image = input_pipeline.preprocess_eval(input_pipeline.decode(encoded), image_size)
+        return image, label, position
 
-  ds = ds.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  return ds.ignore_errors().batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    ds = ds.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.ignore_errors().batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 class FewShotEvaluator:
-  """Few-shot accuracies of a model's frozen features on a data directory.
+    """Few-shot accuracies of a model's frozen features on a data directory.
 
-  Only the train images of the k-shot sets go through the model (see the module
-  docstring); `features` extracts a whole split.
+    Only the train images of the k-shot sets go through the model (see the module
+    docstring); `features` extracts a whole split.
 
-  Args:
-    data_dir: a tools/make_tfrecords.py directory.
-    image_size: the model's input size (int or (H, W)).
-    num_classes: default: the manifest's.
-    **options: see DEFAULTS (shots, num_seeds, l2, representation, splits, caps
-      on the number of examples read: the first N of each split).
-  """
+    Args:
+      data_dir: a tools/make_tfrecords.py directory.
+      image_size: the model's input size (int or (H, W)).
+      num_classes: default: the manifest's.
+      **options: see DEFAULTS (shots, num_seeds, l2, representation, splits, caps
+        on the number of examples read: the first N of each split).
+    """
 
-  def __init__(self, data_dir, image_size, num_classes=None, **options):
-    unknown = set(options) - set(DEFAULTS)
-    if unknown:
-      raise ValueError(f"few-shot: unknown option(s) {sorted(unknown)}; "
-                       f"known: {sorted(DEFAULTS)}")
-    self.options = {**DEFAULTS, **options}
-    self.data_dir = data_dir
-    self.image_size = image_size
-    self.num_classes = num_classes or input_pipeline.get_num_classes(data_dir)
-    self._splits = {}  # (split, max_examples) -> input_pipeline.Split, scanned once
-    self._draws = None  # (train labels, needed indices, their record positions)
-    self._subset_failed = False  # a k-shot image did not decode: full extraction
-    # split -> examples whose features the last evaluate computed (padding excluded)
-    self.examples_extracted = {}
+    def __init__(self, data_dir, image_size, num_classes=None, **options):
+        unknown = set(options) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(
+                f"few-shot: unknown option(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}"
+            )
+        self.options = {**DEFAULTS, **options}
+        self.data_dir = data_dir
+        self.image_size = image_size
+        self.num_classes = num_classes or input_pipeline.get_num_classes(data_dir)
+        self._splits = {}  # (split, max_examples) -> input_pipeline.Split, scanned once
+        self._draws = None  # (train labels, needed indices, their record positions)
+        self._subset_failed = False  # a k-shot image did not decode: full extraction
+        # split -> examples whose features the last evaluate computed (padding excluded)
+        self.examples_extracted = {}
 
-  def _split(self, split, max_examples):
-    key = (split, max_examples)
-    if key not in self._splits:
-      self._splits[key] = _first(input_pipeline.get_split(self.data_dir, split), max_examples)
-    return self._splits[key]
+    def _split(self, split, max_examples):
+        key = (split, max_examples)
+        if key not in self._splits:
+            self._splits[key] = _first(input_pipeline.get_split(self.data_dir, split), max_examples)
+        return self._splits[key]
 
-  def _batches(self, split, max_examples):
-    return input_pipeline.eval_dataset(
-        self.data_dir, batch_size=self.options["batch_size"], image_size=self.image_size,
-        split=split, info=self._split(split, max_examples))
+    def _batches(self, split, max_examples):
+        return input_pipeline.eval_dataset(
+            self.data_dir,
+            batch_size=self.options["batch_size"],
+            image_size=self.image_size,
+            split=split,
+            info=self._split(split, max_examples),
+        )
 
-  def _extract(self, model, batches, num_images, split):
-    """extract_features over `batches` with a progress bar of `num_images`."""
-    def counted(bar):
-      for batch in batches:
-        yield batch
-        weights = batch[2] if len(batch) > 2 else None  # eval_dataset's padding: weight 0
-        bar.update(len(batch[1]) if weights is None else
-                   int(np.count_nonzero(keras.ops.convert_to_numpy(weights))))
+    def _extract(self, model, batches, num_images, split):
+        """extract_features over `batches` with a progress bar of `num_images`."""
 
-    with console.Progress(num_images, f"few-shot features ({split})", unit="image") as bar:
-      return fewshot.extract_features(model, counted(bar), self.options["representation"])
+        def counted(bar):
+            for batch in batches:
+                yield batch
+                weights = batch[2] if len(batch) > 2 else None  # eval_dataset's padding: weight 0
+                bar.update(
+                    len(batch[1])
+                    if weights is None
+                    else int(np.count_nonzero(keras.ops.convert_to_numpy(weights)))
+                )
 
-  def features(self, model, split, max_examples=None):
-    """(features (N, F), labels (N,)) of the first `max_examples` of `split`."""
-    info = self._split(split, max_examples)
-    return self._extract(model, self._batches(split, max_examples), info.num_examples, split)
+        with console.Progress(num_images, f"few-shot features ({split})", unit="image") as bar:
+            return fewshot.extract_features(model, counted(bar), self.options["representation"])
 
-  def train_draws(self):
-    """(labels, needed): the labels of the train split (the first
-    `max_train_examples`), read without decoding images, and the indices of the
-    examples in the union of the k-shot sets (`keras_vit.fewshot.needed_indices`).
-    Read once and cached."""
-    if self._draws is None:
-      opts = self.options
-      info = self._split(opts["train_split"], opts["max_train_examples"])
-      positions, labels = read_labels(info)
-      if not len(labels):
-        raise ValueError(f"few-shot: split {opts['train_split']!r} has no readable labels")
-      needed = fewshot.needed_indices(labels, opts["shots"], self.num_classes,
-                                      opts["num_seeds"])
-      self._draws = labels, needed, positions[needed]
-      log.info("few-shot: the k-shot sets use %d of the %d %s images", len(needed),
-               len(labels), opts["train_split"])
-    return self._draws[:2]
+    def features(self, model, split, max_examples=None):
+        """(features (N, F), labels (N,)) of the first `max_examples` of `split`."""
+        info = self._split(split, max_examples)
+        return self._extract(model, self._batches(split, max_examples), info.num_examples, split)
 
-  def train_features(self, model):
-    """(features, labels, indices): the features of the train examples `indices`
-    (train_draws()'s `needed`, in order) and the labels of the whole train split,
-    as `keras_vit.fewshot.evaluate(..., train_indices=indices)` takes them. When a
-    k-shot image cannot be read (the indices would not match eval_dataset's),
-    the whole split is extracted instead and `indices` is None."""
-    opts = self.options
-    split, cap = opts["train_split"], opts["max_train_examples"]
-    if self._subset_failed:
-      features, labels = self.features(model, split, cap)
-      self.examples_extracted[split] = len(labels)
-      return features, labels, None
-    labels, needed = self.train_draws()
-    positions = self._draws[2]
-    seen = []
+    def train_draws(self):
+        """(labels, needed): the labels of the train split (the first
+        `max_train_examples`), read without decoding images, and the indices of the
+        examples in the union of the k-shot sets (`keras_vit.fewshot.needed_indices`).
+        Read once and cached."""
+        if self._draws is None:
+            opts = self.options
+            info = self._split(opts["train_split"], opts["max_train_examples"])
+            positions, labels = read_labels(info)
+            if not len(labels):
+                raise ValueError(f"few-shot: split {opts['train_split']!r} has no readable labels")
+            needed = fewshot.needed_indices(
+                labels, opts["shots"], self.num_classes, opts["num_seeds"]
+            )
+            self._draws = labels, needed, positions[needed]
+            log.info(
+                "few-shot: the k-shot sets use %d of the %d %s images",
+                len(needed),
+                len(labels),
+                opts["train_split"],
+            )
+        return self._draws[:2]
 
-    def batches():
-      for images, batch_labels, batch_positions in subset_dataset(
-          self._split(split, cap), positions, opts["batch_size"], self.image_size):
-        seen.append(batch_positions.numpy())
-        yield images, batch_labels
+    def train_features(self, model):
+        """(features, labels, indices): the features of the train examples `indices`
+        (train_draws()'s `needed`, in order) and the labels of the whole train split,
+        as `keras_vit.fewshot.evaluate(..., train_indices=indices)` takes them. When a
+        k-shot image cannot be read (the indices would not match eval_dataset's),
+        the whole split is extracted instead and `indices` is None."""
+        opts = self.options
+        split, cap = opts["train_split"], opts["max_train_examples"]
+        if self._subset_failed:
+            features, labels = self.features(model, split, cap)
+            self.examples_extracted[split] = len(labels)
+            return features, labels, None
+        labels, needed = self.train_draws()
+        positions = self._draws[2]
+        seen = []
 
-    features, got = self._extract(model, batches(), len(needed), split)
-    read = np.concatenate(seen)
-    if np.array_equal(read, positions) and np.array_equal(got, labels[needed]):
-      self.examples_extracted[split] = len(read)
-      return features, labels, needed
-    log.warning("few-shot: %d of the %d k-shot images of %r could not be read; "
-                "extracting the whole split instead", len(set(positions) - set(read)),
-                len(positions), split)
-    self._subset_failed = True
-    features, labels = self.features(model, split, cap)
-    self.examples_extracted[split] = len(read) + len(labels)
-    return features, labels, None
+        def batches():
+            for images, batch_labels, batch_positions in subset_dataset(
+                self._split(split, cap), positions, opts["batch_size"], self.image_size
+            ):
+                seen.append(batch_positions.numpy())
+                yield images, batch_labels
 
-  def evaluate(self, model):
-    """{k: {'mean', 'std', 'per_seed'}} for `model`'s current weights
-    (keras_vit.fewshot.evaluate), from the features of the k-shot train images
-    and of the test split."""
-    opts = self.options
-    train_features, train_labels, indices = self.train_features(model)
-    test = self.features(model, opts["test_split"], opts["max_test_examples"])
-    self.examples_extracted[opts["test_split"]] = len(test[1])
-    return fewshot.evaluate(train_features, train_labels, *test, shots=opts["shots"],
-                            num_seeds=opts["num_seeds"], l2=opts["l2"],
-                            num_classes=self.num_classes, train_indices=indices)
+        features, got = self._extract(model, batches(), len(needed), split)
+        read = np.concatenate(seen)
+        if np.array_equal(read, positions) and np.array_equal(got, labels[needed]):
+            self.examples_extracted[split] = len(read)
+            return features, labels, needed
+        log.warning(
+            "few-shot: %d of the %d k-shot images of %r could not be read; "
+            "extracting the whole split instead",
+            len(set(positions) - set(read)),
+            len(positions),
+            split,
+        )
+        self._subset_failed = True
+        features, labels = self.features(model, split, cap)
+        self.examples_extracted[split] = len(read) + len(labels)
+        return features, labels, None
+
+    def evaluate(self, model):
+        """{k: {'mean', 'std', 'per_seed'}} for `model`'s current weights
+        (keras_vit.fewshot.evaluate), from the features of the k-shot train images
+        and of the test split."""
+        opts = self.options
+        train_features, train_labels, indices = self.train_features(model)
+        test = self.features(model, opts["test_split"], opts["max_test_examples"])
+        self.examples_extracted[opts["test_split"]] = len(test[1])
+        return fewshot.evaluate(
+            train_features,
+            train_labels,
+            *test,
+            shots=opts["shots"],
+            num_seeds=opts["num_seeds"],
+            l2=opts["l2"],
+            num_classes=self.num_classes,
+            train_indices=indices,
+        )
 
 
 class FewShotCallback(keras.callbacks.Callback):
-  """Runs few-shot linear evaluation every `every_steps` training steps.
+    """Runs few-shot linear evaluation every `every_steps` training steps.
 
-  Args:
-    data_dir: a tools/make_tfrecords.py directory.
-    image_size: the model's input size (int or (H, W)).
-    every_steps: evaluate when the optimizer step count crosses a multiple of it.
-    num_classes: default: the manifest's.
-    vit: the VisionTransformer to read features from; default: the trained model.
-    summary_dir: TensorBoard directory, or None.
-    **options: see DEFAULTS.
-  """
+    Args:
+      data_dir: a tools/make_tfrecords.py directory.
+      image_size: the model's input size (int or (H, W)).
+      every_steps: evaluate when the optimizer step count crosses a multiple of it.
+      num_classes: default: the manifest's.
+      vit: the VisionTransformer to read features from; default: the trained model.
+      summary_dir: TensorBoard directory, or None.
+      **options: see DEFAULTS.
+    """
 
-  def __init__(self, data_dir, image_size, every_steps, num_classes=None, vit=None,
-               summary_dir=None, **options):
-    super().__init__()
-    if int(every_steps) < 1:
-      raise ValueError(f"fewshot_every must be >= 1, got {every_steps}")
-    self.evaluator = FewShotEvaluator(data_dir, image_size, num_classes, **options)
-    self.every_steps = int(every_steps)
-    self.vit = vit
-    self.history = {}
-    self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
-    self._start_step = 0
-    self._last_step = None
-    self._unreported = {}
+    def __init__(
+        self,
+        data_dir,
+        image_size,
+        every_steps,
+        num_classes=None,
+        vit=None,
+        summary_dir=None,
+        **options,
+    ):
+        super().__init__()
+        if int(every_steps) < 1:
+            raise ValueError(f"fewshot_every must be >= 1, got {every_steps}")
+        self.evaluator = FewShotEvaluator(data_dir, image_size, num_classes, **options)
+        self.every_steps = int(every_steps)
+        self.vit = vit
+        self.history = {}
+        self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
+        self._start_step = 0
+        self._last_step = None
+        self._unreported = {}
 
-  def _step(self):
-    return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+    def _step(self):
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
-  def _run(self, step):
-    results = self.evaluator.evaluate(self.vit or self.model)
-    self.history[step] = results
-    self._last_step = step
-    log.info("step %d few-shot: %s", step, "; ".join(
-        f"{k}-shot {100 * r['mean']:.2f}%" for k, r in sorted(results.items())))
-    self._unreported = {f"fewshot_{k}shot": r["mean"] for k, r in results.items()}
-    if self._writer is not None:
-      with self._writer.as_default(step=step):
-        for k, r in results.items():
-          write_scalar(f"fewshot/{k}shot", r["mean"], step)
-          write_scalar(f"fewshot/{k}shot_std", r["std"], step)
-      self._writer.flush()
+    def _run(self, step):
+        results = self.evaluator.evaluate(self.vit or self.model)
+        self.history[step] = results
+        self._last_step = step
+        log.info(
+            "step %d few-shot: %s",
+            step,
+            "; ".join(f"{k}-shot {100 * r['mean']:.2f}%" for k, r in sorted(results.items())),
+        )
+        self._unreported = {f"fewshot_{k}shot": r["mean"] for k, r in results.items()}
+        if self._writer is not None:
+            with self._writer.as_default(step=step):
+                for k, r in results.items():
+                    write_scalar(f"fewshot/{k}shot", r["mean"], step)
+                    write_scalar(f"fewshot/{k}shot_std", r["std"], step)
+            self._writer.flush()
 
-  def on_train_batch_end(self, batch, logs=None):
-    step = self._step()
-    previous = self._last_step if self._last_step is not None else self._start_step
-    if step // self.every_steps > previous // self.every_steps:
-      self._run(step)
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._step()
+        previous = self._last_step if self._last_step is not None else self._start_step
+        if step // self.every_steps > previous // self.every_steps:
+            self._run(step)
 
-  def on_epoch_end(self, epoch, logs=None):
-    if logs is not None:  # the latest results, once, into the epoch's logs (History)
-      logs.update(self._unreported)
-    self._unreported = {}
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:  # the latest results, once, into the epoch's logs (History)
+            logs.update(self._unreported)
+        self._unreported = {}
 
-  def on_train_begin(self, logs=None):
-    self._start_step = self._step()
+    def on_train_begin(self, logs=None):
+        self._start_step = self._step()
 
-  def on_train_end(self, logs=None):
-    step = self._step()
-    if step != self._last_step and step != self._start_step:
-      self._run(step)
+    def on_train_end(self, logs=None):
+        step = self._step()
+        if step != self._last_step and step != self._start_step:
+            self._run(step)
 
 
 def from_config(config, data_dir, summary_dir=None, num_classes=None):
-  """A FewShotCallback from a trainer config, or None when `fewshot_every` is 0/absent."""
-  every = config.get("fewshot_every")
-  if not every:
-    return None
-  options = config.get("fewshot") or {}
-  options = dict(options.to_dict() if hasattr(options, "to_dict") else options)
-  return FewShotCallback(data_dir, config.image_size, every, num_classes=num_classes,
-                         summary_dir=summary_dir, **options)
+    """A FewShotCallback from a trainer config, or None when `fewshot_every` is 0/absent."""
+    every = config.get("fewshot_every")
+    if not every:
+        return None
+    options = config.get("fewshot") or {}
+    options = dict(options.to_dict() if hasattr(options, "to_dict") else options)
+    return FewShotCallback(
+        data_dir,
+        config.image_size,
+        every,
+        num_classes=num_classes,
+        summary_dir=summary_dir,
+        **options,
+    )
 
 
-__all__ = ["DEFAULTS", "FewShotCallback", "FewShotEvaluator", "from_config",
-           "read_labels", "subset_dataset"]
+__all__ = [
+    "DEFAULTS",
+    "FewShotCallback",
+    "FewShotEvaluator",
+    "from_config",
+    "read_labels",
+    "subset_dataset",
+]

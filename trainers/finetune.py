@@ -8,16 +8,17 @@ pretrain.py RUN directory. The head is re-initialised to zeros for the config's
 classes, position embeddings are interpolated to `image_size`. With
 `ema_momentum` > 0 the Polyak-averaged weights are evaluated and exported.
 """
+
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainers import console  # pylint: disable=g-import-not-at-top,wrong-import-position
+from trainers import console
 
 console.setup()  # before TensorFlow is imported: our lines only, a progress bar
 
-from trainers import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from trainers import app
 
 if __name__ == "__main__":
-  app.main("finetune")
+    app.main("finetune")

@@ -26,6 +26,7 @@ the lost records are counted and a warning names the shard. Records that still f
 to parse/decode at run time are dropped by `ignore_errors` with a TF warning.
 `strict=True` makes both fatal instead.
 """
+
 import dataclasses
 import json
 import logging
@@ -40,360 +41,459 @@ MEAN, SCALE = 127.5, 127.5  # [0, 255] -> [-1, 1], as the official code.
 
 
 class DataError(ValueError):
-  """The data directory is missing, empty or unusable."""
+    """The data directory is missing, empty or unusable."""
 
 
 @dataclasses.dataclass
 class Split:
-  name: str
-  files: list          # full paths, in manifest order
-  counts: list         # usable records per file
-  num_examples: int
-  skipped_records: int = 0
-  corrupt_files: tuple = ()
+    name: str
+    files: list  # full paths, in manifest order
+    counts: list  # usable records per file
+    num_examples: int
+    skipped_records: int = 0
+    corrupt_files: tuple = ()
 
 
 def read_manifest(data_dir):
-  if not data_dir:
-    raise DataError("--data_dir is required (a directory written by tools/make_tfrecords.py)")
-  if not tf.io.gfile.isdir(data_dir):
-    raise DataError(f"--data_dir={data_dir}: no such directory. Create it with "
-                    f"`python tools/make_tfrecords.py --output_dir={data_dir}`.")
-  path = os.path.join(data_dir, "manifest.json")
-  if not tf.io.gfile.exists(path):
-    shards = tf.io.gfile.glob(os.path.join(data_dir, "*.tfrecord*"))
-    raise DataError(
-        f"--data_dir={data_dir}: no manifest.json" +
-        (" (and no .tfrecord shards)" if not shards else "") +
-        f". Create it with `python tools/make_tfrecords.py --output_dir={data_dir}`.")
-  with tf.io.gfile.GFile(path) as f:
-    return json.load(f)
+    if not data_dir:
+        raise DataError("--data_dir is required (a directory written by tools/make_tfrecords.py)")
+    if not tf.io.gfile.isdir(data_dir):
+        raise DataError(
+            f"--data_dir={data_dir}: no such directory. Create it with "
+            f"`python tools/make_tfrecords.py --output_dir={data_dir}`."
+        )
+    path = os.path.join(data_dir, "manifest.json")
+    if not tf.io.gfile.exists(path):
+        shards = tf.io.gfile.glob(os.path.join(data_dir, "*.tfrecord*"))
+        raise DataError(
+            f"--data_dir={data_dir}: no manifest.json"
+            + (" (and no .tfrecord shards)" if not shards else "")
+            + f". Create it with `python tools/make_tfrecords.py --output_dir={data_dir}`."
+        )
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
 
 
 def _scan(path, expected, strict):
-  """Returns the number of good records at the start of `path` (CRC-checked)."""
-  n = 0
-  try:
-    for _ in tf.data.TFRecordDataset(path):
-      n += 1
-  except (tf.errors.DataLossError, tf.errors.OutOfRangeError,
-          tf.errors.InvalidArgumentError) as e:
-    if strict:
-      raise DataError(f"corrupt shard {path} after {n} records: {e.message}") from e
-    return n, e.message.splitlines()[0]
-  if n != expected:
-    msg = f"{n} records, manifest says {expected}"
-    if strict:
-      raise DataError(f"shard {path}: {msg}")
-    return n, msg
-  return n, None
+    """Returns the number of good records at the start of `path` (CRC-checked)."""
+    n = 0
+    try:
+        for _ in tf.data.TFRecordDataset(path):
+            n += 1
+    except (
+        tf.errors.DataLossError,
+        tf.errors.OutOfRangeError,
+        tf.errors.InvalidArgumentError,
+    ) as e:
+        if strict:
+            raise DataError(f"corrupt shard {path} after {n} records: {e.message}") from e
+        return n, e.message.splitlines()[0]
+    if n != expected:
+        msg = f"{n} records, manifest says {expected}"
+        if strict:
+            raise DataError(f"shard {path}: {msg}")
+        return n, msg
+    return n, None
 
 
 def get_split(data_dir, split, strict=False, verify_max_bytes=4 << 30):
-  """Locates a split's shards; scans them for corruption when they are small enough."""
-  manifest = read_manifest(data_dir)
-  splits = manifest.get("splits", {})
-  if split not in splits:
-    raise DataError(f"--data_dir={data_dir}: no split {split!r} in manifest.json "
-                    f"(has {', '.join(splits) or 'none'})")
-  shards = splits[split]["shards"]
-  files = [os.path.join(data_dir, s["file"]) for s in shards]
-  missing = [f for f in files if not tf.io.gfile.exists(f)]
-  if missing:
-    raise DataError(f"--data_dir={data_dir}: shard(s) listed in manifest.json are missing: "
-                    f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
-  counts = [s["count"] for s in shards]
-  if not sum(counts):
-    raise DataError(f"--data_dir={data_dir}: split {split!r} is empty")
-  result = Split(split, files, list(counts), sum(counts))
-  if sum(tf.io.gfile.stat(f).length for f in files) > verify_max_bytes:
+    """Locates a split's shards; scans them for corruption when they are small enough."""
+    manifest = read_manifest(data_dir)
+    splits = manifest.get("splits", {})
+    if split not in splits:
+        raise DataError(
+            f"--data_dir={data_dir}: no split {split!r} in manifest.json "
+            f"(has {', '.join(splits) or 'none'})"
+        )
+    shards = splits[split]["shards"]
+    files = [os.path.join(data_dir, s["file"]) for s in shards]
+    missing = [f for f in files if not tf.io.gfile.exists(f)]
+    if missing:
+        raise DataError(
+            f"--data_dir={data_dir}: shard(s) listed in manifest.json are missing: "
+            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
+        )
+    counts = [s["count"] for s in shards]
+    if not sum(counts):
+        raise DataError(f"--data_dir={data_dir}: split {split!r} is empty")
+    result = Split(split, files, list(counts), sum(counts))
+    if sum(tf.io.gfile.stat(f).length for f in files) > verify_max_bytes:
+        return result
+    corrupt = []
+    for i, (f, c) in enumerate(zip(files, counts)):
+        good, err = _scan(f, c, strict)
+        if err:
+            corrupt.append(os.path.basename(f))
+            result.counts[i] = min(good, c)
+            logging.warning(
+                "corrupt shard %s: %s; using its first %d of %d records",
+                f,
+                err,
+                result.counts[i],
+                c,
+            )
+    result.skipped_records = sum(counts) - sum(result.counts)
+    result.num_examples = sum(result.counts)
+    result.corrupt_files = tuple(corrupt)
+    if corrupt:
+        logging.warning(
+            "split %r: skipped %d record(s) in %d corrupt shard(s): %s",
+            split,
+            result.skipped_records,
+            len(corrupt),
+            ", ".join(corrupt),
+        )
+    if not result.num_examples:
+        raise DataError(f"--data_dir={data_dir}: split {split!r} has no readable records")
     return result
-  corrupt = []
-  for i, (f, c) in enumerate(zip(files, counts)):
-    good, err = _scan(f, c, strict)
-    if err:
-      corrupt.append(os.path.basename(f))
-      result.counts[i] = min(good, c)
-      logging.warning("corrupt shard %s: %s; using its first %d of %d records",
-                      f, err, result.counts[i], c)
-  result.skipped_records = sum(counts) - sum(result.counts)
-  result.num_examples = sum(result.counts)
-  result.corrupt_files = tuple(corrupt)
-  if corrupt:
-    logging.warning("split %r: skipped %d record(s) in %d corrupt shard(s): %s",
-                    split, result.skipped_records, len(corrupt), ", ".join(corrupt))
-  if not result.num_examples:
-    raise DataError(f"--data_dir={data_dir}: split {split!r} has no readable records")
-  return result
 
 
 def first_examples(info, max_examples):
-  """`info` limited to its first `max_examples` records in manifest order
-  (`config.train_examples`, e.g. a small labelled subset); 0/None: all."""
-  if not max_examples:
-    return info
-  if max_examples > info.num_examples:
-    raise DataError(f"config.train_examples={max_examples}: split {info.name!r} has only "
-                    f"{info.num_examples} usable examples")
-  counts, left = [], int(max_examples)
-  for c in info.counts:
-    counts.append(min(c, left))
-    left -= counts[-1]
-  keep = [i for i, c in enumerate(counts) if c]
-  return dataclasses.replace(info, files=[info.files[i] for i in keep],
-                             counts=[counts[i] for i in keep], num_examples=int(max_examples))
+    """`info` limited to its first `max_examples` records in manifest order
+    (`config.train_examples`, e.g. a small labelled subset); 0/None: all."""
+    if not max_examples:
+        return info
+    if max_examples > info.num_examples:
+        raise DataError(
+            f"config.train_examples={max_examples}: split {info.name!r} has only "
+            f"{info.num_examples} usable examples"
+        )
+    counts, left = [], int(max_examples)
+    for c in info.counts:
+        counts.append(min(c, left))
+        left -= counts[-1]
+    keep = [i for i, c in enumerate(counts) if c]
+    return dataclasses.replace(
+        info,
+        files=[info.files[i] for i in keep],
+        counts=[counts[i] for i in keep],
+        num_examples=int(max_examples),
+    )
 
 
 def get_num_classes(data_dir):
-  return int(read_manifest(data_dir)["num_classes"])
+    return int(read_manifest(data_dir)["num_classes"])
 
 
 # --- parsing and preprocessing ---------------------------------------------
 
+
 def parse(serialized, num_classes, multi_label):
-  features = tf.io.parse_single_example(serialized, {
-      "image/encoded": tf.io.FixedLenFeature([], tf.string),
-      "image/class/label": tf.io.VarLenFeature(tf.int64),
-  })
-  labels = tf.sparse.to_dense(features["image/class/label"])
-  if multi_label:
-    label = tf.reduce_max(tf.one_hot(labels, num_classes), axis=0)
-  else:
-    label = tf.cast(labels[0], tf.int32)
-  return features["image/encoded"], label
+    features = tf.io.parse_single_example(
+        serialized,
+        {
+            "image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.VarLenFeature(tf.int64),
+        },
+    )
+    labels = tf.sparse.to_dense(features["image/class/label"])
+    if multi_label:
+        label = tf.reduce_max(tf.one_hot(labels, num_classes), axis=0)
+    else:
+        label = tf.cast(labels[0], tf.int32)
+    return features["image/encoded"], label
 
 
 def decode(encoded):
-  """PNG/JPEG bytes -> uint8 (H, W, 3); grayscale is repeated to 3 channels."""
-  return tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    """PNG/JPEG bytes -> uint8 (H, W, 3); grayscale is repeated to 3 channels."""
+    return tf.io.decode_image(encoded, channels=3, expand_animations=False)
 
 
 def scale(image):
-  return tf.cast(image, tf.float32) / SCALE - MEAN / SCALE
+    return tf.cast(image, tf.float32) / SCALE - MEAN / SCALE
 
 
 def inception_crop(image, seed, image_size, area_range=(0.05, 1.0)):
-  """The official train augmentation: random area/aspect crop, resize, flip."""
-  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      tf.shape(image), tf.zeros([0, 0, 4], tf.float32), seed=seed,
-      area_range=area_range, aspect_ratio_range=(3 / 4, 4 / 3),
-      min_object_covered=0, use_image_if_no_bounding_boxes=True)
-  image = tf.slice(image, begin, size)
-  return tf.image.resize(image, image_size)
+    """The official train augmentation: random area/aspect crop, resize, flip."""
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image),
+        tf.zeros([0, 0, 4], tf.float32),
+        seed=seed,
+        area_range=area_range,
+        aspect_ratio_range=(3 / 4, 4 / 3),
+        min_object_covered=0,
+        use_image_if_no_bounding_boxes=True,
+    )
+    image = tf.slice(image, begin, size)
+    return tf.image.resize(image, image_size)
 
 
 def random_crop(image, seed, image_size, padding=4):
-  """Pad-and-crop (the CIFAR/Fashion-MNIST-style light augmentation)."""
-  image = tf.image.resize(image, image_size)
-  image = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]], mode="REFLECT")
-  return tf.image.stateless_random_crop(image, [*image_size, 3], seed=seed)
-
-
-def preprocess_train(image, seed, image_size, augment="inception_crop",
-                     area_range=(0.05, 1.0), flip=True, randaug=None):
-  """uint8 (H, W, 3) -> float32 (*image_size, 3) in [-1, 1].
-
-  Crop (`augment`), flip, then `randaug` = (num_layers, magnitude) or None
-  (augment_lib.randaug on the 0..255 image, before `scale`: big_vision's
-  `inception_crop(224)|flip_lr|randaug(2,15)|value_range(-1,1)`). `seed` (int64
-  [2]) is split into crop, flip (and randaug) seeds; stateless_split(seed, 3)
-  starts with the two seeds of stateless_split(seed, 2), so turning RandAugment
-  on leaves the crops and flips as they were.
-  """
-  seeds = tf.random.experimental.stateless_split(seed, 3 if randaug else 2)
-  if augment == "inception_crop":
-    image = inception_crop(image, seeds[0], image_size, area_range)
-  elif augment == "random_crop":
-    image = random_crop(image, seeds[0], image_size)
-  elif augment == "none":
+    """Pad-and-crop (the CIFAR/Fashion-MNIST-style light augmentation)."""
     image = tf.image.resize(image, image_size)
-  else:
-    raise ValueError(f"input.augment={augment!r}: expected inception_crop, random_crop or none")
-  if flip:
-    image = tf.image.stateless_random_flip_left_right(image, seeds[1])
-  if randaug:
-    image = augment_lib.randaug(image, seeds[2], *randaug)
-  return scale(image)
+    image = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]], mode="REFLECT")
+    return tf.image.stateless_random_crop(image, [*image_size, 3], seed=seed)
+
+
+def preprocess_train(
+    image,
+    seed,
+    image_size,
+    augment="inception_crop",
+    area_range=(0.05, 1.0),
+    flip=True,
+    randaug=None,
+):
+    """uint8 (H, W, 3) -> float32 (*image_size, 3) in [-1, 1].
+
+    Crop (`augment`), flip, then `randaug` = (num_layers, magnitude) or None
+    (augment_lib.randaug on the 0..255 image, before `scale`: big_vision's
+    `inception_crop(224)|flip_lr|randaug(2,15)|value_range(-1,1)`). `seed` (int64
+    [2]) is split into crop, flip (and randaug) seeds; stateless_split(seed, 3)
+    starts with the two seeds of stateless_split(seed, 2), so turning RandAugment
+    on leaves the crops and flips as they were.
+    """
+    seeds = tf.random.experimental.stateless_split(seed, 3 if randaug else 2)
+    if augment == "inception_crop":
+        image = inception_crop(image, seeds[0], image_size, area_range)
+    elif augment == "random_crop":
+        image = random_crop(image, seeds[0], image_size)
+    elif augment == "none":
+        image = tf.image.resize(image, image_size)
+    else:
+        raise ValueError(f"input.augment={augment!r}: expected inception_crop, random_crop or none")
+    if flip:
+        image = tf.image.stateless_random_flip_left_right(image, seeds[1])
+    if randaug:
+        image = augment_lib.randaug(image, seeds[2], *randaug)
+    return scale(image)
 
 
 def preprocess_eval(image, image_size):
-  return scale(tf.image.resize(image, image_size))
+    return scale(tf.image.resize(image, image_size))
 
 
 # --- datasets -----------------------------------------------------------------
 
-def train_dataset(data_dir, *, batch_size, image_size, seed=0, start_step=0,
-                  global_batch_size=None, input_context=None, augment="inception_crop",
-                  area_range=(0.05, 1.0), flip=True, shuffle_buffer=50_000,
-                  shard_by="examples", strict=False, split="train", num_classes=None,
-                  multi_label=False, verify_max_bytes=4 << 30, prefetch=True,
-                  batch_fn=None, max_examples=0, augmentation=None):
-  """Infinite, deterministic stream of (image, label) batches of `batch_size`.
 
-  Images are float32 (batch_size, *image_size, 3) in [-1, 1]; labels int32
-  (batch_size,) (multi_label: float32 (batch_size, num_classes)), or whatever
-  `batch_fn` maps them to. `batch_size` is this pipeline's batch (per replica under
-  distribute_datasets_from_function), `global_batch_size` the global one, which with
-  `start_step` fixes how many examples to skip on resume. `max_examples` > 0
-  uses only the split's first `max_examples` records (`first_examples`).
+def train_dataset(
+    data_dir,
+    *,
+    batch_size,
+    image_size,
+    seed=0,
+    start_step=0,
+    global_batch_size=None,
+    input_context=None,
+    augment="inception_crop",
+    area_range=(0.05, 1.0),
+    flip=True,
+    shuffle_buffer=50_000,
+    shard_by="examples",
+    strict=False,
+    split="train",
+    num_classes=None,
+    multi_label=False,
+    verify_max_bytes=4 << 30,
+    prefetch=True,
+    batch_fn=None,
+    max_examples=0,
+    augmentation=None,
+):
+    """Infinite, deterministic stream of (image, label) batches of `batch_size`.
 
-  `augmentation`: None (none: today's stream, bit for bit), or a dict given to
-  `augment_lib.resolve`, i.e. either its result
-  dict(randaug=(n, m) | None, mixup=alpha, cutmix=alpha) or the raw
-  `config.input` dict (keys aug_setting, randaug, mixup, cutmix; others ignored).
-  RandAugment acts per example; Mixup / CutMix act on each batch after
-  `batch_fn`, and need float (batch, classes) labels there (int labels without a
-  `batch_fn` are one-hot encoded with `num_classes`); they yield float32 labels.
-  """
-  aug = augment_lib.resolve(augmentation) if augmentation is not None else None
-  randaug = aug["randaug"] if aug else None
-  mixing = bool(aug and (aug["mixup"] or aug["cutmix"]))
-  if aug:
-    logging.info("train augmentation: %s", augment_lib.describe(aug))
-  info = first_examples(get_split(data_dir, split, strict, verify_max_bytes), max_examples)
-  num_pipelines = input_context.num_input_pipelines if input_context else 1
-  pipeline_id = input_context.input_pipeline_id if input_context else 0
-  global_batch_size = global_batch_size or batch_size * num_pipelines
-  image_size = _size(image_size)
-  files = list(zip(info.files, info.counts))
-  if shard_by == "files" and num_pipelines > 1:
-    if len(files) < num_pipelines:
-      raise DataError(f"shard_by='files' needs >= {num_pipelines} shards, found {len(files)}")
-    files = files[pipeline_id::num_pipelines]
-    examples_per_epoch = sum(c for _, c in files)
-    consumed = start_step * batch_size
-    stride, offset = 1, 0
-  elif shard_by in ("examples", "files"):
-    examples_per_epoch = info.num_examples
-    consumed = start_step * global_batch_size
-    stride, offset = num_pipelines, pipeline_id
-  else:
-    raise ValueError(f"input.shard_by={shard_by!r}: expected examples or files")
-  start_epoch, skip = divmod(consumed, examples_per_epoch)
-  cycle = min(16, len(files))
-  seed = int(seed)
-  file_names = tf.constant([f for f, _ in files])
-  file_counts = tf.constant([c for _, c in files], tf.int64)
+    Images are float32 (batch_size, *image_size, 3) in [-1, 1]; labels int32
+    (batch_size,) (multi_label: float32 (batch_size, num_classes)), or whatever
+    `batch_fn` maps them to. `batch_size` is this pipeline's batch (per replica under
+    distribute_datasets_from_function), `global_batch_size` the global one, which with
+    `start_step` fixes how many examples to skip on resume. `max_examples` > 0
+    uses only the split's first `max_examples` records (`first_examples`).
 
-  def epoch_records(epoch):
-    order = tf.random.experimental.stateless_shuffle(
-        tf.range(len(files), dtype=tf.int64), seed=tf.stack([seed, epoch]))
-    ds = tf.data.Dataset.from_tensor_slices(order).map(
-        lambda i: (tf.gather(file_names, i), tf.gather(file_counts, i)))
-    ds = ds.interleave(lambda f, c: tf.data.TFRecordDataset(f).take(c),
-                       cycle_length=cycle, block_length=1, deterministic=True,
-                       num_parallel_calls=AUTOTUNE)
-    if shuffle_buffer > 1:  # stateless block shuffle: windows permuted by (seed, epoch, w)
-      def shuffle_window(w, records):
+    `augmentation`: None (none: today's stream, bit for bit), or a dict given to
+    `augment_lib.resolve`, i.e. either its result
+    dict(randaug=(n, m) | None, mixup=alpha, cutmix=alpha) or the raw
+    `config.input` dict (keys aug_setting, randaug, mixup, cutmix; others ignored).
+    RandAugment acts per example; Mixup / CutMix act on each batch after
+    `batch_fn`, and need float (batch, classes) labels there (int labels without a
+    `batch_fn` are one-hot encoded with `num_classes`); they yield float32 labels.
+    """
+    aug = augment_lib.resolve(augmentation) if augmentation is not None else None
+    randaug = aug["randaug"] if aug else None
+    mixing = bool(aug and (aug["mixup"] or aug["cutmix"]))
+    if aug:
+        logging.info("train augmentation: %s", augment_lib.describe(aug))
+    info = first_examples(get_split(data_dir, split, strict, verify_max_bytes), max_examples)
+    num_pipelines = input_context.num_input_pipelines if input_context else 1
+    pipeline_id = input_context.input_pipeline_id if input_context else 0
+    global_batch_size = global_batch_size or batch_size * num_pipelines
+    image_size = _size(image_size)
+    files = list(zip(info.files, info.counts))
+    if shard_by == "files" and num_pipelines > 1:
+        if len(files) < num_pipelines:
+            raise DataError(f"shard_by='files' needs >= {num_pipelines} shards, found {len(files)}")
+        files = files[pipeline_id::num_pipelines]
+        examples_per_epoch = sum(c for _, c in files)
+        consumed = start_step * batch_size
+        stride, offset = 1, 0
+    elif shard_by in ("examples", "files"):
+        examples_per_epoch = info.num_examples
+        consumed = start_step * global_batch_size
+        stride, offset = num_pipelines, pipeline_id
+    else:
+        raise ValueError(f"input.shard_by={shard_by!r}: expected examples or files")
+    start_epoch, skip = divmod(consumed, examples_per_epoch)
+    cycle = min(16, len(files))
+    seed = int(seed)
+    file_names = tf.constant([f for f, _ in files])
+    file_counts = tf.constant([c for _, c in files], tf.int64)
+
+    def epoch_records(epoch):
         order = tf.random.experimental.stateless_shuffle(
-            tf.range(tf.shape(records, out_type=tf.int64)[0]),
-            seed=tf.stack([tf.constant(seed, tf.int64) * 1_000_003 + epoch, w]))
-        return tf.data.Dataset.from_tensor_slices(tf.gather(records, order))
-      ds = ds.batch(shuffle_buffer).enumerate().flat_map(shuffle_window)
-    return ds.enumerate().map(lambda i, r: (epoch, i, r))
+            tf.range(len(files), dtype=tf.int64), seed=tf.stack([seed, epoch])
+        )
+        ds = tf.data.Dataset.from_tensor_slices(order).map(
+            lambda i: (tf.gather(file_names, i), tf.gather(file_counts, i))
+        )
+        ds = ds.interleave(
+            lambda f, c: tf.data.TFRecordDataset(f).take(c),
+            cycle_length=cycle,
+            block_length=1,
+            deterministic=True,
+            num_parallel_calls=AUTOTUNE,
+        )
+        if shuffle_buffer > 1:  # stateless block shuffle: windows permuted by (seed, epoch, w)
 
-  ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch_records)
-  if skip:
-    ds = ds.skip(skip)
-  if stride > 1:
-    ds = ds.shard(stride, offset)
+            def shuffle_window(w, records):
+                order = tf.random.experimental.stateless_shuffle(
+                    tf.range(tf.shape(records, out_type=tf.int64)[0]),
+                    seed=tf.stack([tf.constant(seed, tf.int64) * 1_000_003 + epoch, w]),
+                )
+                return tf.data.Dataset.from_tensor_slices(tf.gather(records, order))
 
-  def process(epoch, index, record):
-    encoded, label = parse(record, num_classes, multi_label)
-    example_seed = tf.stack([tf.cast(seed, tf.int64) * 65_537 + epoch, index])
-    image = preprocess_train(decode(encoded), example_seed, image_size, augment,
-                             area_range, flip, randaug)
-    return image, label
+            ds = ds.batch(shuffle_buffer).enumerate().flat_map(shuffle_window)
+        return ds.enumerate().map(lambda i, r: (epoch, i, r))
 
-  ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
-  if not strict:
-    ds = ds.ignore_errors(log_warning=True)
-  ds = ds.batch(batch_size, drop_remainder=True)
-  if batch_fn is not None:
-    ds = ds.map(batch_fn, num_parallel_calls=AUTOTUNE, deterministic=True)
-  if mixing:
-    # This pipeline's k-th batch is global step start_step + k (both shard_by modes).
-    ds = ds.enumerate(start=start_step).map(
-        _batch_mixer(seed, aug["mixup"], aug["cutmix"], num_classes),
-        num_parallel_calls=AUTOTUNE, deterministic=True)
-  options = tf.data.Options()
-  options.deterministic = True
-  options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-  ds = ds.with_options(options)
-  return ds.prefetch(AUTOTUNE) if prefetch else ds
+    ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch_records)
+    if skip:
+        ds = ds.skip(skip)
+    if stride > 1:
+        ds = ds.shard(stride, offset)
+
+    def process(epoch, index, record):
+        encoded, label = parse(record, num_classes, multi_label)
+        example_seed = tf.stack([tf.cast(seed, tf.int64) * 65_537 + epoch, index])
+        image = preprocess_train(
+            decode(encoded), example_seed, image_size, augment, area_range, flip, randaug
+        )
+        return image, label
+
+    ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
+    if not strict:
+        ds = ds.ignore_errors(log_warning=True)
+    ds = ds.batch(batch_size, drop_remainder=True)
+    if batch_fn is not None:
+        ds = ds.map(batch_fn, num_parallel_calls=AUTOTUNE, deterministic=True)
+    if mixing:
+        # This pipeline's k-th batch is global step start_step + k (both shard_by modes).
+        ds = ds.enumerate(start=start_step).map(
+            _batch_mixer(seed, aug["mixup"], aug["cutmix"], num_classes),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=True,
+        )
+    options = tf.data.Options()
+    options.deterministic = True
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    ds = ds.with_options(options)
+    return ds.prefetch(AUTOTUNE) if prefetch else ds
 
 
-def eval_dataset(data_dir, *, batch_size, image_size, split="test",
-                 strict=False, num_classes=None, multi_label=False, drop_remainder=False,
-                 verify_max_bytes=4 << 30, batch_fn=None, info=None):
-  """One pass over `split`, in order, resized and scaled (no augmentation).
+def eval_dataset(
+    data_dir,
+    *,
+    batch_size,
+    image_size,
+    split="test",
+    strict=False,
+    num_classes=None,
+    multi_label=False,
+    drop_remainder=False,
+    verify_max_bytes=4 << 30,
+    batch_fn=None,
+    info=None,
+):
+    """One pass over `split`, in order, resized and scaled (no augmentation).
 
-  Yields (images, labels, weights): the split is padded with weight-0 copies of
-  zero images up to a multiple of `batch_size`, so with drop_remainder=True
-  (TPUs) every batch has a fixed shape and no example is lost. Pass it to
-  `model.evaluate` unsharded: every worker scores the whole split.
-  """
-  info = info or get_split(data_dir, split, strict, verify_max_bytes)
-  image_size = _size(image_size)
-  ds = tf.data.Dataset.from_tensor_slices((info.files, tf.constant(info.counts, tf.int64)))
-  ds = ds.flat_map(lambda f, c: tf.data.TFRecordDataset(f).take(c))
+    Yields (images, labels, weights): the split is padded with weight-0 copies of
+    zero images up to a multiple of `batch_size`, so with drop_remainder=True
+    (TPUs) every batch has a fixed shape and no example is lost. Pass it to
+    `model.evaluate` unsharded: every worker scores the whole split.
+    """
+    info = info or get_split(data_dir, split, strict, verify_max_bytes)
+    image_size = _size(image_size)
+    ds = tf.data.Dataset.from_tensor_slices((info.files, tf.constant(info.counts, tf.int64)))
+    ds = ds.flat_map(lambda f, c: tf.data.TFRecordDataset(f).take(c))
 
-  def process(record):
-    encoded, label = parse(record, num_classes, multi_label)
-    return preprocess_eval(decode(encoded), image_size), label
+    def process(record):
+        encoded, label = parse(record, num_classes, multi_label)
+        return preprocess_eval(decode(encoded), image_size), label
 
-  ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
-  if not strict:
-    ds = ds.ignore_errors(log_warning=True)
-  ds = ds.map(lambda x, y: (x, y, tf.constant(1.0)))
-  pad = (-info.num_examples) % batch_size
-  if pad:
-    label = tf.zeros([num_classes] if multi_label else [], tf.float32 if multi_label else tf.int32)
-    ds = ds.concatenate(tf.data.Dataset.from_tensors(
-        (tf.zeros([*image_size, 3]), label, tf.constant(0.0))).repeat(pad))
-  ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-  if batch_fn is not None:
-    ds = ds.map(lambda x, y, w: (*batch_fn(x, y), w), num_parallel_calls=AUTOTUNE)
-  options = tf.data.Options()
-  options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-  return ds.with_options(options).prefetch(AUTOTUNE)
+    ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
+    if not strict:
+        ds = ds.ignore_errors(log_warning=True)
+    ds = ds.map(lambda x, y: (x, y, tf.constant(1.0)))
+    pad = (-info.num_examples) % batch_size
+    if pad:
+        label = tf.zeros(
+            [num_classes] if multi_label else [], tf.float32 if multi_label else tf.int32
+        )
+        ds = ds.concatenate(
+            tf.data.Dataset.from_tensors(
+                (tf.zeros([*image_size, 3]), label, tf.constant(0.0))
+            ).repeat(pad)
+        )
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    if batch_fn is not None:
+        ds = ds.map(lambda x, y, w: (*batch_fn(x, y), w), num_parallel_calls=AUTOTUNE)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options).prefetch(AUTOTUNE)
 
 
 def _batch_mixer(seed, mixup_alpha, cutmix_alpha, num_classes):
-  """fn(step, (images, labels)) -> (images, labels) mixed by augment_lib.mix_batch."""
-  def fn(step, batch):
-    images, labels = batch
-    if labels.dtype.is_integer and labels.shape.rank == 1:
-      if not num_classes:
-        raise ValueError("input.mixup / input.cutmix on integer labels need num_classes")
-      labels = tf.one_hot(labels, num_classes)
-    if not labels.dtype.is_floating or labels.shape.rank != 2:
-      raise ValueError(
-          "input.mixup / input.cutmix mix one-hot or multi-hot labels of shape "
-          f"(batch, classes); the batches here have labels {labels.dtype.name} "
-          f"{labels.shape} (an objective whose targets are not class labels?)")
-    return augment_lib.mix_batch(images, labels, augment_lib.mix_seed(seed, step),
-                                 mixup_alpha, cutmix_alpha)
-  return fn
+    """fn(step, (images, labels)) -> (images, labels) mixed by augment_lib.mix_batch."""
+
+    def fn(step, batch):
+        images, labels = batch
+        if labels.dtype.is_integer and labels.shape.rank == 1:
+            if not num_classes:
+                raise ValueError("input.mixup / input.cutmix on integer labels need num_classes")
+            labels = tf.one_hot(labels, num_classes)
+        if not labels.dtype.is_floating or labels.shape.rank != 2:
+            raise ValueError(
+                "input.mixup / input.cutmix mix one-hot or multi-hot labels of shape "
+                f"(batch, classes); the batches here have labels {labels.dtype.name} "
+                f"{labels.shape} (an objective whose targets are not class labels?)"
+            )
+        return augment_lib.mix_batch(
+            images, labels, augment_lib.mix_seed(seed, step), mixup_alpha, cutmix_alpha
+        )
+
+    return fn
 
 
 def _size(image_size):
-  if isinstance(image_size, int):
-    return (image_size, image_size)
-  return tuple(int(s) for s in image_size)
+    if isinstance(image_size, int):
+        return (image_size, image_size)
+    return tuple(int(s) for s in image_size)
 
 
-def distributed_train_dataset(strategy, data_dir, global_batch_size, augmentation=None,
-                              **kwargs):
-  """Per-replica batches of the global batch via distribute_datasets_from_function.
-  `augmentation` (and the rest): as train_dataset; each replica mixes its own batch."""
-  replicas = strategy.num_replicas_in_sync
-  if global_batch_size % replicas:
-    raise ValueError(f"batch_size={global_batch_size} is not divisible by the "
-                     f"{replicas} replicas in sync")
+def distributed_train_dataset(strategy, data_dir, global_batch_size, augmentation=None, **kwargs):
+    """Per-replica batches of the global batch via distribute_datasets_from_function.
+    `augmentation` (and the rest): as train_dataset; each replica mixes its own batch."""
+    replicas = strategy.num_replicas_in_sync
+    if global_batch_size % replicas:
+        raise ValueError(
+            f"batch_size={global_batch_size} is not divisible by the {replicas} replicas in sync"
+        )
 
-  def fn(ctx):
-    return train_dataset(data_dir, batch_size=ctx.get_per_replica_batch_size(global_batch_size),
-                         global_batch_size=global_batch_size, input_context=ctx,
-                         augmentation=augmentation, **kwargs)
-  return strategy.distribute_datasets_from_function(fn)
+    def fn(ctx):
+        return train_dataset(
+            data_dir,
+            batch_size=ctx.get_per_replica_batch_size(global_batch_size),
+            global_batch_size=global_batch_size,
+            input_context=ctx,
+            augmentation=augmentation,
+            **kwargs,
+        )
+
+    return strategy.distribute_datasets_from_function(fn)

@@ -14,94 +14,103 @@ decorate it with `@register("masked_patch")`:
       excluded; reported as eval_loss).
   metric_name: the accuracy-like metric reported as train/eval accuracy.
 """
+
 import keras
-from keras import ops
 import tensorflow as tf
+from keras import ops
 
 OBJECTIVES = {}
 
 
 def register(name):
-  def wrap(cls):
-    OBJECTIVES[name] = cls
-    cls.name = name
-    return cls
-  return wrap
+    def wrap(cls):
+        OBJECTIVES[name] = cls
+        cls.name = name
+        return cls
+
+    return wrap
 
 
 def get(name):
-  if name not in OBJECTIVES:
-    raise ValueError(f"config.objective={name!r}: expected one of {', '.join(sorted(OBJECTIVES))}")
-  return OBJECTIVES[name]()
+    if name not in OBJECTIVES:
+        raise ValueError(
+            f"config.objective={name!r}: expected one of {', '.join(sorted(OBJECTIVES))}"
+        )
+    return OBJECTIVES[name]()
 
 
 class Objective:
-  name = None
-  metric_name = "accuracy"
+    name = None
+    metric_name = "accuracy"
 
-  def build_model(self, make_model, config, num_classes):
-    return make_model(num_classes=num_classes)
+    def build_model(self, make_model, config, num_classes):
+        return make_model(num_classes=num_classes)
 
-  def map_batch(self, config, num_classes):
-    return None
+    def map_batch(self, config, num_classes):
+        return None
 
-  def loss(self, config):
-    raise NotImplementedError
+    def loss(self, config):
+        raise NotImplementedError
 
-  def metrics(self, config):
-    return []
+    def metrics(self, config):
+        return []
 
 
 @keras.saving.register_keras_serializable(package="keras_vit_trainers")
 class SigmoidCrossEntropy(keras.losses.Loss):
-  """Sigmoid cross-entropy summed over classes, averaged over examples (vit_jax
-  `sigmoid_xent`), for multi-label data such as ImageNet-21k."""
+    """Sigmoid cross-entropy summed over classes, averaged over examples (vit_jax
+    `sigmoid_xent`), for multi-label data such as ImageNet-21k."""
 
-  def __init__(self, label_smoothing=0.0, name="sigmoid_cross_entropy", **kwargs):
-    super().__init__(name=name, **kwargs)
-    self.label_smoothing = label_smoothing
+    def __init__(self, label_smoothing=0.0, name="sigmoid_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = label_smoothing
 
-  def call(self, y_true, y_pred):
-    y_true = ops.cast(y_true, y_pred.dtype)
-    if self.label_smoothing:
-      y_true = y_true * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
-    return ops.sum(ops.binary_crossentropy(y_true, y_pred, from_logits=True), axis=-1)
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, y_pred.dtype)
+        if self.label_smoothing:
+            y_true = y_true * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
+        return ops.sum(ops.binary_crossentropy(y_true, y_pred, from_logits=True), axis=-1)
 
-  def get_config(self):
-    return {**super().get_config(), "label_smoothing": self.label_smoothing}
+    def get_config(self):
+        return {**super().get_config(), "label_smoothing": self.label_smoothing}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit_trainers")
 def top1_accuracy(y_true, y_pred):
-  """1 when the top-scoring class is one of the labels (precision@1; for one-hot
-  labels, plain accuracy)."""
-  top = ops.argmax(y_pred, axis=-1)
-  return ops.take_along_axis(ops.cast(y_true, "float32"), top[:, None], axis=-1)[:, 0]
+    """1 when the top-scoring class is one of the labels (precision@1; for one-hot
+    labels, plain accuracy)."""
+    top = ops.argmax(y_pred, axis=-1)
+    return ops.take_along_axis(ops.cast(y_true, "float32"), top[:, None], axis=-1)[:, 0]
 
 
 @register("classification")
 class Classification(Objective):
-  """Supervised classification: softmax (default) or sigmoid (`config.loss='sigmoid'`)
-  cross-entropy on one-hot / multi-hot labels, optional label smoothing."""
+    """Supervised classification: softmax (default) or sigmoid (`config.loss='sigmoid'`)
+    cross-entropy on one-hot / multi-hot labels, optional label smoothing."""
 
-  def map_batch(self, config, num_classes):
-    def fn(images, labels):
-      if labels.shape.rank == 1:  # single-label int -> one-hot
-        labels = tf.one_hot(labels, num_classes)
-      return images, labels
-    return fn
+    def map_batch(self, config, num_classes):
+        def fn(images, labels):
+            if labels.shape.rank == 1:  # single-label int -> one-hot
+                labels = tf.one_hot(labels, num_classes)
+            return images, labels
 
-  def loss(self, config, reduction="sum_over_batch_size"):
-    smoothing = float(config.get("label_smoothing") or 0.0)
-    kind = config.get("loss", "softmax")
-    if kind == "softmax":
-      return keras.losses.CategoricalCrossentropy(
-          from_logits=True, label_smoothing=smoothing, reduction=reduction)
-    if kind == "sigmoid":
-      return SigmoidCrossEntropy(label_smoothing=smoothing, reduction=reduction)
-    raise ValueError(f"config.loss={kind!r}: expected softmax or sigmoid")
+        return fn
 
-  def metrics(self, config):
-    return [keras.metrics.MeanMetricWrapper(top1_accuracy, name=self.metric_name),
-            keras.metrics.MeanMetricWrapper(self.loss(config, reduction=None),
-                                            name="cross_entropy")]
+    def loss(self, config, reduction="sum_over_batch_size"):
+        smoothing = float(config.get("label_smoothing") or 0.0)
+        kind = config.get("loss", "softmax")
+        if kind == "softmax":
+            return keras.losses.CategoricalCrossentropy(
+                from_logits=True, label_smoothing=smoothing, reduction=reduction
+            )
+        if kind == "sigmoid":
+            return SigmoidCrossEntropy(label_smoothing=smoothing, reduction=reduction)
+        raise ValueError(f"config.loss={kind!r}: expected softmax or sigmoid")
+
+    def metrics(self, config):
+        return [
+            keras.metrics.MeanMetricWrapper(top1_accuracy, name=self.metric_name),
+            keras.metrics.MeanMetricWrapper(
+                self.loss(config, reduction=None), name="cross_entropy"
+            ),
+        ]

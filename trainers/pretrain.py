@@ -7,16 +7,17 @@ r"""Pre-trains a ViT (Adam, coupled weight decay, warmup + linear/cosine decay).
 Rerunning the same command on an existing RUN resumes ("resumed from step N").
 See trainers/README.md for the run directory.
 """
+
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainers import console  # pylint: disable=g-import-not-at-top,wrong-import-position
+from trainers import console
 
 console.setup()  # before TensorFlow is imported: our lines only, a progress bar
 
-from trainers import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from trainers import app
 
 if __name__ == "__main__":
-  app.main("pretrain")
+    app.main("pretrain")

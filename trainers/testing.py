@@ -1,4 +1,5 @@
 """Helpers for the trainer tests: tiny synthetic data, tiny configs, subprocess runs."""
+
 import json
 import os
 import socket
@@ -11,77 +12,105 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 
 # A ViT small enough that a step takes milliseconds.
-TINY = ["--config.model.hidden_size=16", "--config.model.mlp_dim=32",
-        "--config.model.num_heads=2", "--config.model.num_layers=1",
-        "--config.model.patch_size=7", "--config.batch_size=16", "--config.warmup_steps=1",
-        "--config.eval_batch_size=64", "--config.deterministic_ops=True",
-        "--config.jit_compile=False"]  # XLA does not run under MirroredStrategy on CPUs
+TINY = [
+    "--config.model.hidden_size=16",
+    "--config.model.mlp_dim=32",
+    "--config.model.num_heads=2",
+    "--config.model.num_layers=1",
+    "--config.model.patch_size=7",
+    "--config.batch_size=16",
+    "--config.warmup_steps=1",
+    "--config.eval_batch_size=64",
+    "--config.deterministic_ops=True",
+    "--config.jit_compile=False",
+]  # XLA does not run under MirroredStrategy on CPUs
 
 
 def synthetic_split(n, seed, num_classes=4, size=28):
-  """Learnable images: class k lights up band k, plus noise."""
-  rng = np.random.default_rng(seed)
-  labels = rng.integers(0, num_classes, n)
-  images = rng.integers(0, 60, (n, size, size), dtype=np.uint8)
-  band = size // num_classes
-  for i, k in enumerate(labels):
-    images[i, k * band:(k + 1) * band] += 150
-  return images, labels
+    """Learnable images: class k lights up band k, plus noise."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, num_classes, n)
+    images = rng.integers(0, 60, (n, size, size), dtype=np.uint8)
+    band = size // num_classes
+    for i, k in enumerate(labels):
+        images[i, k * band : (k + 1) * band] += 150
+    return images, labels
 
 
 def make_tiny_data(output_dir, n_train=128, n_test=64, per_shard=32, num_classes=4):
-  sys.path.insert(0, os.path.join(ROOT, "tools"))
-  import make_tfrecords  # pylint: disable=g-import-not-at-top
-  splits = {}
-  for name, n, seed in (("train", n_train, 0), ("test", n_test, 1)):
-    images, labels = synthetic_split(n, seed, num_classes)
-    splits[name] = (n, zip(images, labels))
-  return make_tfrecords.make_tfrecords(
-      (splits, [f"class_{i}" for i in range(num_classes)], False), output_dir,
-      examples_per_shard=per_shard, progress=False)
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import make_tfrecords
+
+    splits = {}
+    for name, n, seed in (("train", n_train, 0), ("test", n_test, 1)):
+        images, labels = synthetic_split(n, seed, num_classes)
+        splits[name] = (n, zip(images, labels))
+    return make_tfrecords.make_tfrecords(
+        (splits, [f"class_{i}" for i in range(num_classes)], False),
+        output_dir,
+        examples_per_shard=per_shard,
+        progress=False,
+    )
 
 
 def trainer_cmd(trainer, data_dir, model_dir, *extra, config="configs/fashion_mnist.py"):
-  return [PY, os.path.join(ROOT, "trainers", f"{trainer}.py"), f"--config={config}",
-          f"--data_dir={data_dir}", f"--model_dir={model_dir}", *TINY, *extra]
+    return [
+        PY,
+        os.path.join(ROOT, "trainers", f"{trainer}.py"),
+        f"--config={config}",
+        f"--data_dir={data_dir}",
+        f"--model_dir={model_dir}",
+        *TINY,
+        *extra,
+    ]
 
 
 def env(**extra):
-  e = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-  e.pop("TF_CONFIG", None)
-  e.update(extra)
-  return e
+    e = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    e.pop("TF_CONFIG", None)
+    e.update(extra)
+    return e
 
 
 def run(cmd, timeout=240, **env_extra):
-  return subprocess.run(cmd, cwd=ROOT, env=env(**env_extra), capture_output=True, text=True,
-                        timeout=timeout, check=False)
+    return subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env=env(**env_extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def free_ports(n):
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(("127.0.0.1", 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
 
 
 def train_log(model_dir):
-  with open(os.path.join(model_dir, "train_log.jsonl")) as f:
-    return [json.loads(l) for l in f]
+    with open(os.path.join(model_dir, "train_log.jsonl")) as f:
+        return [json.loads(l) for l in f]
 
 
 def load_weights(model_dir):
-  """The exported weights of a run, as a list of arrays."""
-  import h5py  # pylint: disable=g-import-not-at-top
-  out = []
-  with h5py.File(os.path.join(model_dir, "model.weights.h5"), "r") as f:
-    f.visititems(lambda name, obj: out.append((name, obj[()])) if hasattr(obj, "shape") else None)
-  return dict(out)
+    """The exported weights of a run, as a list of arrays."""
+    import h5py
+
+    out = []
+    with h5py.File(os.path.join(model_dir, "model.weights.h5"), "r") as f:
+        f.visititems(
+            lambda name, obj: out.append((name, obj[()])) if hasattr(obj, "shape") else None
+        )
+    return dict(out)
 
 
 def take(ds, n):
-  """The first n (images, labels) batches of a dataset, as numpy arrays."""
-  return [(x.numpy(), y.numpy()) for x, y in ds.take(n)]
+    """The first n (images, labels) batches of a dataset, as numpy arrays."""
+    return [(x.numpy(), y.numpy()) for x, y in ds.take(n)]

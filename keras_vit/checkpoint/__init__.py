@@ -11,5 +11,14 @@ def save_checkpoint(model, path):
     save_npz(path, model_params(model))
 
 
-__all__ = ["CheckpointError", "assign_params", "canonical_names", "load_weights",
-           "model_params", "model_variables", "read_npz", "save_checkpoint", "save_npz"]
+__all__ = [
+    "CheckpointError",
+    "assign_params",
+    "canonical_names",
+    "load_weights",
+    "model_params",
+    "model_variables",
+    "read_npz",
+    "save_checkpoint",
+    "save_npz",
+]

@@ -28,10 +28,12 @@ def model_variables(model):
         names.update(_norm(prefix + "LayerNorm_0", block.norm_1))
         attention = block.attention
         for part in ("query", "key", "value", "out"):
-            names[f"{prefix}MultiHeadDotProductAttention_1/{part}/kernel"] = \
-                getattr(attention, f"{part}_kernel")
-            names[f"{prefix}MultiHeadDotProductAttention_1/{part}/bias"] = \
-                getattr(attention, f"{part}_bias")
+            names[f"{prefix}MultiHeadDotProductAttention_1/{part}/kernel"] = getattr(
+                attention, f"{part}_kernel"
+            )
+            names[f"{prefix}MultiHeadDotProductAttention_1/{part}/bias"] = getattr(
+                attention, f"{part}_bias"
+            )
         names.update(_norm(prefix + "LayerNorm_2", block.norm_2))
         names.update(_dense(prefix + "MlpBlock_3/Dense_0", block.mlp.dense_0))
         names.update(_dense(prefix + "MlpBlock_3/Dense_1", block.mlp.dense_1))
@@ -45,8 +47,10 @@ def model_variables(model):
 
 def model_params(model):
     """The model's weights as numpy arrays under the official checkpoint names."""
-    return {name: keras.ops.convert_to_numpy(variable)
-            for name, variable in model_variables(model).items()}
+    return {
+        name: keras.ops.convert_to_numpy(variable)
+        for name, variable in model_variables(model).items()
+    }
 
 
 def _resnet(model):

@@ -58,7 +58,8 @@ def open_source(weights, arch, model_class=None):
             raise ValueError(
                 f"weights={weights!r} is neither an existing file nor a registered "
                 f"checkpoint name for {variant or 'this architecture'}"
-                + (f" (registered: {', '.join(known)})." if known else "."))
+                + (f" (registered: {', '.join(known)})." if known else ".")
+            )
         path = registry.fetch(entry)
         params = npz.read_npz(path)
         return WeightsSource(path, params, entry.metadata())
@@ -109,16 +110,20 @@ def _h5_source(path, model_class):
     """
     weights = os.path.join(path, "model.weights.h5") if os.path.isdir(path) else path
     folder = os.path.dirname(weights)
-    configs = [weights[: -len(".weights.h5")] + ".config.json",
-               os.path.join(folder, "model_config.json")]
+    configs = [
+        weights[: -len(".weights.h5")] + ".config.json",
+        os.path.join(folder, "model_config.json"),
+    ]
     config = next((c for c in configs if os.path.isfile(c)), None)
     if not os.path.isfile(weights):
         raise FileNotFoundError(f"Weights file not found: {weights}")
     if config is None:
         return WeightsSource(weights, h5_path=weights)
     if model_class is None:
-        raise ValueError(f"{weights} comes with its model's config ({config}): "
-                         "open_source needs the model_class to rebuild that model.")
+        raise ValueError(
+            f"{weights} comes with its model's config ({config}): "
+            "open_source needs the model_class to rebuild that model."
+        )
     try:
         with open(config, encoding="utf-8") as f:
             model = model_class.from_config(json.load(f))
@@ -135,8 +140,10 @@ def _model_source(model, origin):
     except (ValueError, AttributeError) as e:
         raise CheckpointError(f"{origin} does not hold a keras_vit model: {e}") from e
     config = model.get_config()
-    meta = {key: config.get(key) for key in
-            ("image_size", "num_classes", "representation_size", "classifier")}
+    meta = {
+        key: config.get(key)
+        for key in ("image_size", "num_classes", "representation_size", "classifier")
+    }
     meta["channels"] = int(config.get("channels") or 3)
     meta["grid_size"] = tuple(model.grid_size)
     if not config.get("include_top", True):
@@ -149,8 +156,14 @@ def load_weights(model, weights):
     trainers/ run directory) into
     `model`, resizing position embeddings and replacing a head of another width
     by a fresh zero-initialised one. Returns the model."""
-    arch = architecture(model.patch_size, model.hidden_size, model.mlp_dim, model.num_heads,
-                        model.num_layers, getattr(model, "resnet", None))
+    arch = architecture(
+        model.patch_size,
+        model.hidden_size,
+        model.mlp_dim,
+        model.num_heads,
+        model.num_layers,
+        getattr(model, "resnet", None),
+    )
     load_source(model, open_source(weights, arch, type(model)))
     return model
 
@@ -161,8 +174,13 @@ def architecture(patch_size, hidden_size, mlp_dim, num_heads, num_layers, resnet
     spec with its downsampling `stride`."""
     if not isinstance(patch_size, int) and patch_size[0] == patch_size[1]:
         patch_size = int(patch_size[0])
-    arch = dict(patch_size=patch_size, hidden_size=hidden_size, mlp_dim=mlp_dim,
-                num_heads=num_heads, num_layers=num_layers)
+    arch = dict(
+        patch_size=patch_size,
+        hidden_size=hidden_size,
+        mlp_dim=mlp_dim,
+        num_heads=num_heads,
+        num_layers=num_layers,
+    )
     if resnet is not None:
         arch.update(resnet=resnet, stride=resnet_stride(resnet))
     return arch
@@ -199,10 +217,12 @@ def assign_params(model, params, origin="checkpoint", grid_size=None):
     params = dict(params)
     has = {name.split("/")[0] for name in targets if name in _TOP}
     missing = [n for n in targets if n not in params and n not in _TOP]
-    unexpected = [n for n in params if n not in targets and
-                  not (n in _TOP and n.split("/")[0] not in has)]
-    ignored_top = sorted({n.split("/")[0] for n in params
-                          if n in _TOP and n.split("/")[0] not in has})
+    unexpected = [
+        n for n in params if n not in targets and not (n in _TOP and n.split("/")[0] not in has)
+    ]
+    ignored_top = sorted(
+        {n.split("/")[0] for n in params if n in _TOP and n.split("/")[0] not in has}
+    )
     values, fresh, mismatch = {}, set(), None
     for name, variable in targets.items():
         if name not in params:
@@ -211,16 +231,33 @@ def assign_params(model, params, origin="checkpoint", grid_size=None):
             continue
         value = np.asarray(params[name])
         expected = tuple(variable.shape)
-        if name == POSEMB and value.shape != expected and value.ndim == 3 \
-                and value.shape[-1] == expected[-1] and not missing and not unexpected:
+        if (
+            name == POSEMB
+            and value.shape != expected
+            and value.ndim == 3
+            and value.shape[-1] == expected[-1]
+            and not missing
+            and not unexpected
+        ):
             value = _resize(value, grid_size, model, origin)
-        if name == stem and value.shape != expected and value.ndim == 4 and value.shape[2] == 3 \
-                and value.shape[:2] + value.shape[3:] == expected[:2] + expected[3:]:
+        if (
+            name == stem
+            and value.shape != expected
+            and value.ndim == 4
+            and value.shape[2] == 3
+            and value.shape[:2] + value.shape[3:] == expected[:2] + expected[3:]
+        ):
             value = adapt_input_channels(value, expected[2])
-            logger.info("%s: the RGB '%s' of %s is adapted to %d input channels (%s).",
-                        model.name, name, origin, expected[2],
-                        "summed over RGB" if expected[2] == 1 else
-                        f"repeated and scaled by 3/{expected[2]}")
+            logger.info(
+                "%s: the RGB '%s' of %s is adapted to %d input channels (%s).",
+                model.name,
+                name,
+                origin,
+                expected[2],
+                "summed over RGB"
+                if expected[2] == 1
+                else f"repeated and scaled by 3/{expected[2]}",
+            )
         if value.shape != expected:
             if name in _TOP:
                 fresh.add(name.split("/")[0])
@@ -231,24 +268,31 @@ def assign_params(model, params, origin="checkpoint", grid_size=None):
     if mismatch or missing or unexpected:
         problems = []
         if mismatch:
-            problems.append(f"first mismatched key '{mismatch[0]}': checkpoint shape "
-                            f"{tuple(mismatch[1])} vs model shape {mismatch[2]}")
+            problems.append(
+                f"first mismatched key '{mismatch[0]}': checkpoint shape "
+                f"{tuple(mismatch[1])} vs model shape {mismatch[2]}"
+            )
         if missing:
             problems.append(f"{len(missing)} missing keys: {_listing(missing)}")
         if unexpected:
             problems.append(f"{len(unexpected)} unexpected keys: {_listing(unexpected)}")
-        raise CheckpointError(f"{origin} does not fit model '{model.name}': "
-                              + "; ".join(problems) + ".")
+        raise CheckpointError(
+            f"{origin} does not fit model '{model.name}': " + "; ".join(problems) + "."
+        )
     for top in sorted(fresh):
         for suffix in ("kernel", "bias"):
             values.pop(f"{top}/{suffix}", None)
-        logger.info("%s: '%s' is not taken from %s (absent or of another shape); "
-                    "it is freshly initialised.", model.name, top, origin)
+        logger.info(
+            "%s: '%s' is not taken from %s (absent or of another shape); "
+            "it is freshly initialised.",
+            model.name,
+            top,
+            origin,
+        )
     for top in ignored_top:
         logger.info("%s: the checkpoint's '%s' is not used by this model.", model.name, top)
     for name, value in values.items():
-        targets[name].assign(value.astype(keras.backend.standardize_dtype(
-            targets[name].dtype)))
+        targets[name].assign(value.astype(keras.backend.standardize_dtype(targets[name].dtype)))
     return model
 
 

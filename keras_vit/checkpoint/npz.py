@@ -62,7 +62,8 @@ def read_npz(path):
     for name, value in params.items():
         if value.dtype.kind not in "fiub":
             raise CheckpointError(
-                f"{path}: key '{name}' has dtype {value.dtype}, not a numeric array.")
+                f"{path}: key '{name}' has dtype {value.dtype}, not a numeric array."
+            )
     return canonical_names(params)
 
 
@@ -71,9 +72,12 @@ def canonical_names(params):
     to the published pre-Linen ones and reshapes old (1, 1, 1, C) GroupNorm
     scale/bias to (C,). Raises CheckpointError on a name clash."""
     out = {}
-    linen_blocks = {m.group(1) for name in params
-                    if (m := _BLOCK.match(_strip(name))) and
-                    m.group(2) in ("MlpBlock_0", "MultiHeadDotProductAttention_0")}
+    linen_blocks = {
+        m.group(1)
+        for name in params
+        if (m := _BLOCK.match(_strip(name)))
+        and m.group(2) in ("MlpBlock_0", "MultiHeadDotProductAttention_0")
+    }
     for name, value in params.items():
         new = _strip(name)
         m = _BLOCK.match(new)
@@ -90,7 +94,7 @@ def canonical_names(params):
 def _strip(name):
     for prefix in _PREFIXES:
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return name
 
 

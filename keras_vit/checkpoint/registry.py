@@ -41,9 +41,12 @@ class Entry:
     sha256: str = None
 
     def metadata(self):
-        return {"image_size": self.image_size, "num_classes": self.num_classes,
-                "representation_size": self.representation_size,
-                "classifier": self.classifier}
+        return {
+            "image_size": self.image_size,
+            "num_classes": self.num_classes,
+            "representation_size": self.representation_size,
+            "classifier": self.classifier,
+        }
 
 
 # The recommended AugReg pre-training per variant (official README table).
@@ -59,12 +62,23 @@ _AUGREG = {
     "R_Ti16": ("R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
 }
 # Variants with the paper's original ImageNet-21k checkpoints (hidden size = pre_logits).
-_ORIGINAL_I21K = {"ViT_B16": ("ViT-B_16", 768), "ViT_B32": ("ViT-B_32", 768),
-                  "ViT_L16": ("ViT-L_16", 1024), "ViT_L32": ("ViT-L_32", 1024),
-                  "ViT_H14": ("ViT-H_14", 1280), "R50_ViT_B16": ("R50+ViT-B_16", 768),
-                  "R26_ViT_B32": ("R26+ViT-B_32", 768), "R50_ViT_L32": ("R50+ViT-L_32", 1024)}
-_ORIGINAL_I1K = {"ViT_B16": "ViT-B_16", "ViT_B32": "ViT-B_32", "ViT_L16": "ViT-L_16",
-                 "ViT_L32": "ViT-L_32", "R50_ViT_B16": "R50+ViT-B_16"}
+_ORIGINAL_I21K = {
+    "ViT_B16": ("ViT-B_16", 768),
+    "ViT_B32": ("ViT-B_32", 768),
+    "ViT_L16": ("ViT-L_16", 1024),
+    "ViT_L32": ("ViT-L_32", 1024),
+    "ViT_H14": ("ViT-H_14", 1280),
+    "R50_ViT_B16": ("R50+ViT-B_16", 768),
+    "R26_ViT_B32": ("R26+ViT-B_32", 768),
+    "R50_ViT_L32": ("R50+ViT-L_32", 1024),
+}
+_ORIGINAL_I1K = {
+    "ViT_B16": "ViT-B_16",
+    "ViT_B32": "ViT-B_32",
+    "ViT_L16": "ViT-L_16",
+    "ViT_L32": "ViT-L_32",
+    "R50_ViT_B16": "R50+ViT-B_16",
+}
 _ORIGINAL_I1K_224 = {"ViT_B16": "ViT-B_16-224", "ViT_L16": "ViT-L_16-224"}
 
 
@@ -72,19 +86,23 @@ def _build_registry():
     registry = {}
     for variant, (file, width) in _ORIGINAL_I21K.items():
         registry[(variant, "imagenet21k")] = Entry(
-            f"{BASE_URL}/imagenet21k/{_quote(file)}.npz", 224, I21K_CLASSES, width)
+            f"{BASE_URL}/imagenet21k/{_quote(file)}.npz", 224, I21K_CLASSES, width
+        )
     for variant, file in _ORIGINAL_I1K.items():
         registry[(variant, "imagenet21k+imagenet2012")] = Entry(
-            f"{BASE_URL}/imagenet21k%2Bimagenet2012/{_quote(file)}.npz", 384, I1K_CLASSES)
+            f"{BASE_URL}/imagenet21k%2Bimagenet2012/{_quote(file)}.npz", 384, I1K_CLASSES
+        )
     for variant, file in _ORIGINAL_I1K_224.items():
         registry[(variant, "imagenet21k+imagenet2012-224")] = Entry(
-            f"{BASE_URL}/imagenet21k%2Bimagenet2012/{file}.npz", 224, I1K_CLASSES)
+            f"{BASE_URL}/imagenet21k%2Bimagenet2012/{file}.npz", 224, I1K_CLASSES
+        )
     for variant, (file, lr) in _AUGREG.items():
-        registry[(variant, "augreg")] = Entry(
-            f"{BASE_URL}/augreg/{file}.npz", 224, I21K_CLASSES)
+        registry[(variant, "augreg")] = Entry(f"{BASE_URL}/augreg/{file}.npz", 224, I21K_CLASSES)
         registry[(variant, "augreg+imagenet2012")] = Entry(
             f"{BASE_URL}/augreg/{file}--imagenet2012-steps_20k-lr_{lr}-res_384.npz",
-            384, I1K_CLASSES)
+            384,
+            I1K_CLASSES,
+        )
     return registry
 
 
@@ -114,8 +132,11 @@ def lookup(variant, name):
 def fetch(entry):
     """Downloads (or finds in the cache) a registry entry; returns the local path."""
     folder, filename = entry.url.replace("%2B", "+").split("/")[-2:]
-    return keras.utils.get_file(filename, entry.url,
-                                cache_dir=os.environ.get("KERAS_VIT_CACHE_DIR"),
-                                cache_subdir=os.path.join("keras_vit", folder),
-                                file_hash=entry.sha256,
-                                hash_algorithm="sha256" if entry.sha256 else "auto")
+    return keras.utils.get_file(
+        filename,
+        entry.url,
+        cache_dir=os.environ.get("KERAS_VIT_CACHE_DIR"),
+        cache_subdir=os.path.join("keras_vit", folder),
+        file_hash=entry.sha256,
+        hash_algorithm="sha256" if entry.sha256 else "auto",
+    )

@@ -14,7 +14,19 @@ from keras_vit.layers.std_conv import StdConv2D
 from keras_vit.layers.stochastic_depth import StochasticDepth
 
 __all__ = [
-    "BottleneckUnit", "ClassToken", "Encoder", "EncoderBlock", "MlpBlock",
-    "MultiHeadSelfAttention", "PatchCorruption", "PatchEmbedding", "PositionEmbedding",
-    "ResNetStage", "ResNetStem", "StdConv2D", "StochasticDepth", "TokenPooling", "resize_position_embedding",
+    "BottleneckUnit",
+    "ClassToken",
+    "Encoder",
+    "EncoderBlock",
+    "MlpBlock",
+    "MultiHeadSelfAttention",
+    "PatchCorruption",
+    "PatchEmbedding",
+    "PositionEmbedding",
+    "ResNetStage",
+    "ResNetStem",
+    "StdConv2D",
+    "StochasticDepth",
+    "TokenPooling",
+    "resize_position_embedding",
 ]

@@ -39,38 +39,58 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             not been measured faster on a GPU yet (docs/speed.md).
     """
 
-    def __init__(self, num_heads, dropout_rate=0.0, use_fused_attention=True,
-                 pad_tokens_to_multiple=None, **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        dropout_rate=0.0,
+        use_fused_attention=True,
+        pad_tokens_to_multiple=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.dropout_rate = float(dropout_rate)
         self.use_fused_attention = bool(use_fused_attention)
         if pad_tokens_to_multiple is not None and int(pad_tokens_to_multiple) < 1:
-            raise ValueError(f"pad_tokens_to_multiple must be a positive int or None, "
-                             f"got {pad_tokens_to_multiple!r}.")
-        self.pad_tokens_to_multiple = (None if pad_tokens_to_multiple is None
-                                       else int(pad_tokens_to_multiple))
-        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout",
-                                            dtype=self.dtype_policy)
+            raise ValueError(
+                f"pad_tokens_to_multiple must be a positive int or None, "
+                f"got {pad_tokens_to_multiple!r}."
+            )
+        self.pad_tokens_to_multiple = (
+            None if pad_tokens_to_multiple is None else int(pad_tokens_to_multiple)
+        )
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, name="dropout", dtype=self.dtype_policy
+        )
 
     def build(self, input_shape):
         hidden = input_shape[-1]
         if hidden % self.num_heads:
-            raise ValueError(f"{self.name}: hidden size {hidden} is not divisible by "
-                             f"{self.num_heads} heads.")
+            raise ValueError(
+                f"{self.name}: hidden size {hidden} is not divisible by {self.num_heads} heads."
+            )
         self.hidden_size = hidden
         self.head_dim = hidden // self.num_heads
         heads = (self.num_heads, self.head_dim)
         for name in ("query", "key", "value"):
-            setattr(self, f"{name}_kernel", self.add_weight(
-                name=f"{name}_kernel", shape=(hidden, *heads),
-                initializer=FlatGlorotUniform(in_axes=1)))
-            setattr(self, f"{name}_bias", self.add_weight(
-                name=f"{name}_bias", shape=heads, initializer="zeros"))
-        self.out_kernel = self.add_weight(name="out_kernel", shape=(*heads, hidden),
-                                          initializer=FlatGlorotUniform(in_axes=2))
-        self.out_bias = self.add_weight(name="out_bias", shape=(hidden,),
-                                        initializer="zeros")
+            setattr(
+                self,
+                f"{name}_kernel",
+                self.add_weight(
+                    name=f"{name}_kernel",
+                    shape=(hidden, *heads),
+                    initializer=FlatGlorotUniform(in_axes=1),
+                ),
+            )
+            setattr(
+                self,
+                f"{name}_bias",
+                self.add_weight(name=f"{name}_bias", shape=heads, initializer="zeros"),
+            )
+        self.out_kernel = self.add_weight(
+            name="out_kernel", shape=(*heads, hidden), initializer=FlatGlorotUniform(in_axes=2)
+        )
+        self.out_bias = self.add_weight(name="out_bias", shape=(hidden,), initializer="zeros")
 
     def _project(self, x, kernel, bias):
         """(B, N, D) @ (D, H, hd) + (H, hd) -> (B, N, H, hd)."""
@@ -91,8 +111,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         else:
             context, weights = self._explicit_attention(query, key, value, scale, training)
         context = ops.reshape(context, (-1, ops.shape(x)[1], self.hidden_size))
-        out_kernel = ops.reshape(ops.cast(self.out_kernel, x.dtype),
-                                 (self.hidden_size, self.hidden_size))
+        out_kernel = ops.reshape(
+            ops.cast(self.out_kernel, x.dtype), (self.hidden_size, self.hidden_size)
+        )
         output = ops.matmul(context, out_kernel) + ops.cast(self.out_bias, x.dtype)
         if return_attention_weights:
             return output, weights
@@ -124,13 +145,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         context = ops.matmul(dropped, ops.transpose(value, (0, 2, 1, 3)))
         return ops.transpose(context, (0, 2, 1, 3)), weights
 
-
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "num_heads": self.num_heads,
-            "dropout_rate": self.dropout_rate,
-            "use_fused_attention": self.use_fused_attention,
-            "pad_tokens_to_multiple": self.pad_tokens_to_multiple,
-        })
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "dropout_rate": self.dropout_rate,
+                "use_fused_attention": self.use_fused_attention,
+                "pad_tokens_to_multiple": self.pad_tokens_to_multiple,
+            }
+        )
         return config

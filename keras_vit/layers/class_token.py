@@ -13,8 +13,7 @@ class ClassToken(keras.layers.Layer):
     """
 
     def build(self, input_shape):
-        self.cls = self.add_weight(name="cls", shape=(1, 1, input_shape[-1]),
-                                   initializer="zeros")
+        self.cls = self.add_weight(name="cls", shape=(1, 1, input_shape[-1]), initializer="zeros")
 
     def call(self, tokens):
         batch = ops.shape(tokens)[0]

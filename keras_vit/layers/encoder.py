@@ -28,10 +28,20 @@ class Encoder(keras.layers.Layer):
             branches with rate * i / (num_layers - 1) (0 for the first block).
     """
 
-    def __init__(self, grid_size, num_layers, num_heads, mlp_dim, num_prefix_tokens=1,
-                 dropout_rate=0.0, attention_dropout_rate=0.0,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, approximate_gelu=True,
-                 stochastic_depth_rate=0.0, **kwargs):
+    def __init__(
+        self,
+        grid_size,
+        num_layers,
+        num_heads,
+        mlp_dim,
+        num_prefix_tokens=1,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        approximate_gelu=True,
+        stochastic_depth_rate=0.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.grid_size = tuple(int(g) for g in grid_size)
         self.num_layers = int(num_layers)
@@ -45,19 +55,26 @@ class Encoder(keras.layers.Layer):
         self.stochastic_depth_rate = float(stochastic_depth_rate)
         policy = self.dtype_policy  # sub-layers compute as the encoder does
         self.position_embedding = PositionEmbedding(
-            self.grid_size, self.num_prefix_tokens, name="posembed_input", dtype=policy)
+            self.grid_size, self.num_prefix_tokens, name="posembed_input", dtype=policy
+        )
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=policy)
         self.blocks = [
-            EncoderBlock(self.num_heads, self.mlp_dim, dropout_rate=self.dropout_rate,
-                         attention_dropout_rate=self.attention_dropout_rate,
-                         layer_norm_epsilon=self.layer_norm_epsilon,
-                         approximate_gelu=self.approximate_gelu,
-                         stochastic_depth_rate=rate,
-                         name=f"encoderblock_{i}", dtype=policy)
+            EncoderBlock(
+                self.num_heads,
+                self.mlp_dim,
+                dropout_rate=self.dropout_rate,
+                attention_dropout_rate=self.attention_dropout_rate,
+                layer_norm_epsilon=self.layer_norm_epsilon,
+                approximate_gelu=self.approximate_gelu,
+                stochastic_depth_rate=rate,
+                name=f"encoderblock_{i}",
+                dtype=policy,
+            )
             for i, rate in enumerate(linear_rates(self.stochastic_depth_rate, self.num_layers))
         ]
         self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=policy)
+            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=policy
+        )
 
     def build(self, input_shape):
         self.position_embedding.build(input_shape)
@@ -65,8 +82,7 @@ class Encoder(keras.layers.Layer):
             block.build(input_shape)
         self.encoder_norm.build(input_shape)
 
-    def call(self, x, training=None, return_attention_weights=False,
-             return_hidden_states=False):
+    def call(self, x, training=None, return_attention_weights=False, return_hidden_states=False):
         x = self.position_embedding(x)
         x = self.dropout(x, training=training)
         weights, hidden_states = [], [x]
@@ -78,23 +94,25 @@ class Encoder(keras.layers.Layer):
                 x = block(x, training=training)
             hidden_states.append(x)
         output = self.encoder_norm(x)
-        extras = ([weights] if return_attention_weights else []) + \
-                 ([hidden_states] if return_hidden_states else [])
+        extras = ([weights] if return_attention_weights else []) + (
+            [hidden_states] if return_hidden_states else []
+        )
         return (output, *extras) if extras else output
-
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "grid_size": self.grid_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "mlp_dim": self.mlp_dim,
-            "num_prefix_tokens": self.num_prefix_tokens,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "approximate_gelu": self.approximate_gelu,
-            "stochastic_depth_rate": self.stochastic_depth_rate,
-        })
+        config.update(
+            {
+                "grid_size": self.grid_size,
+                "num_layers": self.num_layers,
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "num_prefix_tokens": self.num_prefix_tokens,
+                "dropout_rate": self.dropout_rate,
+                "attention_dropout_rate": self.attention_dropout_rate,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "approximate_gelu": self.approximate_gelu,
+                "stochastic_depth_rate": self.stochastic_depth_rate,
+            }
+        )
         return config

@@ -23,9 +23,17 @@ class EncoderBlock(keras.layers.Layer):
     `MlpBlock_3` (the names of the published checkpoints).
     """
 
-    def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, approximate_gelu=True,
-                 stochastic_depth_rate=0.0, **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        approximate_gelu=True,
+        stochastic_depth_rate=0.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
@@ -35,19 +43,27 @@ class EncoderBlock(keras.layers.Layer):
         self.approximate_gelu = bool(approximate_gelu)
         self.stochastic_depth_rate = float(stochastic_depth_rate)
         policy = self.dtype_policy  # sub-layers compute as the block does
-        self.drop_path = StochasticDepth(self.stochastic_depth_rate, name="drop_path",
-                                         dtype=policy)
+        self.drop_path = StochasticDepth(self.stochastic_depth_rate, name="drop_path", dtype=policy)
         self.norm_1 = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
+            epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy
+        )
         self.attention = MultiHeadSelfAttention(
-            self.num_heads, dropout_rate=self.attention_dropout_rate,
-            name="MultiHeadDotProductAttention_1", dtype=policy)
+            self.num_heads,
+            dropout_rate=self.attention_dropout_rate,
+            name="MultiHeadDotProductAttention_1",
+            dtype=policy,
+        )
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=policy)
         self.norm_2 = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
-        self.mlp = MlpBlock(self.mlp_dim, dropout_rate=self.dropout_rate,
-                            approximate_gelu=self.approximate_gelu, name="MlpBlock_3",
-                           dtype=policy)
+            epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy
+        )
+        self.mlp = MlpBlock(
+            self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            approximate_gelu=self.approximate_gelu,
+            name="MlpBlock_3",
+            dtype=policy,
+        )
 
     def build(self, input_shape):
         for layer in (self.norm_1, self.attention, self.norm_2, self.mlp):
@@ -55,24 +71,28 @@ class EncoderBlock(keras.layers.Layer):
 
     def call(self, x, training=None, return_attention_weights=False):
         y = self.norm_1(x)
-        y, weights = self.attention(y, training=training, return_attention_weights=True) \
-            if return_attention_weights else (self.attention(y, training=training), None)
+        y, weights = (
+            self.attention(y, training=training, return_attention_weights=True)
+            if return_attention_weights
+            else (self.attention(y, training=training), None)
+        )
         x = x + self.drop_path(self.dropout(y, training=training), training=training)
         x = x + self.drop_path(self.mlp(self.norm_2(x), training=training), training=training)
         if return_attention_weights:
             return x, weights
         return x
 
-
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "num_heads": self.num_heads,
-            "mlp_dim": self.mlp_dim,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "approximate_gelu": self.approximate_gelu,
-            "stochastic_depth_rate": self.stochastic_depth_rate,
-        })
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "dropout_rate": self.dropout_rate,
+                "attention_dropout_rate": self.attention_dropout_rate,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "approximate_gelu": self.approximate_gelu,
+                "stochastic_depth_rate": self.stochastic_depth_rate,
+            }
+        )
         return config

@@ -25,6 +25,9 @@ def group_norm(name, zero_scale=False, dtype=None):
         dtype: a dtype policy.
     """
     return keras.layers.GroupNormalization(
-        groups=GROUPS, epsilon=EPSILON,
+        groups=GROUPS,
+        epsilon=EPSILON,
         gamma_initializer="zeros" if zero_scale else "ones",
-        name=name, dtype=dtype)
+        name=name,
+        dtype=dtype,
+    )

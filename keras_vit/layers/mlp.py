@@ -23,19 +23,26 @@ class MlpBlock(keras.layers.Layer):
         self.dropout_rate = float(dropout_rate)
         self.approximate_gelu = bool(approximate_gelu)
         self.dense_0 = keras.layers.Dense(
-            self.mlp_dim, kernel_initializer=initializers.xavier_uniform(),
-            bias_initializer=initializers.mlp_bias(), name="Dense_0",
-            dtype=self.dtype_policy)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout",
-                                            dtype=self.dtype_policy)
+            self.mlp_dim,
+            kernel_initializer=initializers.xavier_uniform(),
+            bias_initializer=initializers.mlp_bias(),
+            name="Dense_0",
+            dtype=self.dtype_policy,
+        )
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, name="dropout", dtype=self.dtype_policy
+        )
 
     def build(self, input_shape):
         hidden = input_shape[-1]
         self.dense_0.build(input_shape)
         self.dense_1 = keras.layers.Dense(
-            hidden, kernel_initializer=initializers.xavier_uniform(),
-            bias_initializer=initializers.mlp_bias(), name="Dense_1",
-            dtype=self.dtype_policy)
+            hidden,
+            kernel_initializer=initializers.xavier_uniform(),
+            bias_initializer=initializers.mlp_bias(),
+            name="Dense_1",
+            dtype=self.dtype_policy,
+        )
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
 
     def call(self, x, training=None):
@@ -50,9 +57,11 @@ class MlpBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "mlp_dim": self.mlp_dim,
-            "dropout_rate": self.dropout_rate,
-            "approximate_gelu": self.approximate_gelu,
-        })
+        config.update(
+            {
+                "mlp_dim": self.mlp_dim,
+                "dropout_rate": self.dropout_rate,
+                "approximate_gelu": self.approximate_gelu,
+            }
+        )
         return config

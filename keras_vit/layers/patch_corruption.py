@@ -43,33 +43,46 @@ class PatchCorruption(keras.layers.Layer):
         seed: int seed of the layer's SeedGenerator (None: random).
     """
 
-    def __init__(self, corruption_rate=0.5, mask_prob=0.8, random_prob=0.1, seed=None,
-                 embeddings_initializer=None, **kwargs):
+    def __init__(
+        self,
+        corruption_rate=0.5,
+        mask_prob=0.8,
+        random_prob=0.1,
+        seed=None,
+        embeddings_initializer=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if not 0.0 < corruption_rate <= 1.0:
             raise ValueError(f"corruption_rate must be in (0, 1], got {corruption_rate}.")
         if mask_prob < 0 or random_prob < 0 or mask_prob + random_prob > 1.0:
             raise ValueError(
                 f"mask_prob={mask_prob} and random_prob={random_prob} must be >= 0 and "
-                "sum to at most 1 (the rest of the corrupted patches stay unchanged).")
+                "sum to at most 1 (the rest of the corrupted patches stay unchanged)."
+            )
         self.corruption_rate = float(corruption_rate)
         self.mask_prob = float(mask_prob)
         self.random_prob = float(random_prob)
         self.seed = seed
         self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer or keras.initializers.RandomNormal(stddev=0.02))
+            embeddings_initializer or keras.initializers.RandomNormal(stddev=0.02)
+        )
         self.seed_generator = keras.random.SeedGenerator(seed)
 
     def build(self, input_shape):
         if len(input_shape) != 3:
-            raise ValueError(f"{self.name}: expected (batch, tokens, hidden) patch "
-                             f"embeddings, got shape {tuple(input_shape)}.")
+            raise ValueError(
+                f"{self.name}: expected (batch, tokens, hidden) patch "
+                f"embeddings, got shape {tuple(input_shape)}."
+            )
         if self.random_prob and input_shape[1] is not None and input_shape[1] < 2:
-            raise ValueError(f"{self.name}: random_prob={self.random_prob} needs at least "
-                             f"2 patches to pick another from, got {input_shape[1]}.")
+            raise ValueError(
+                f"{self.name}: random_prob={self.random_prob} needs at least "
+                f"2 patches to pick another from, got {input_shape[1]}."
+            )
         self.mask_embedding = self.add_weight(
-            name="mask_embedding", shape=(input_shape[-1],),
-            initializer=self.embeddings_initializer)
+            name="mask_embedding", shape=(input_shape[-1],), initializer=self.embeddings_initializer
+        )
 
     def num_corrupted(self, num_tokens):
         """Positions corrupted per image of `num_tokens` patches."""
@@ -89,15 +102,18 @@ class PatchCorruption(keras.layers.Layer):
         ranks = ops.argsort(ops.argsort(noise, axis=-1), axis=-1)
         corrupted = ranks < self.num_corrupted(num_tokens)
         draw = keras.random.uniform((batch, tokens), seed=self.seed_generator)
-        kind = ops.where(draw < self.mask_prob, MASKED,
-                         ops.where(draw < self.mask_prob + self.random_prob, REPLACED,
-                                   UNCHANGED))
+        kind = ops.where(
+            draw < self.mask_prob,
+            MASKED,
+            ops.where(draw < self.mask_prob + self.random_prob, REPLACED, UNCHANGED),
+        )
         return ops.cast(ops.where(corrupted, kind, KEPT), "int32")
 
     def call(self, embeddings):
         kinds = self.corruption_kinds(embeddings)
         return self.apply_corruption(embeddings, kinds), ops.cast(
-            ops.not_equal(kinds, KEPT), embeddings.dtype)
+            ops.not_equal(kinds, KEPT), embeddings.dtype
+        )
 
     def apply_corruption(self, embeddings, kinds):
         """Corrupts (batch, tokens, hidden) `embeddings` as (batch, tokens) `kinds` say."""
@@ -108,8 +124,9 @@ class PatchCorruption(keras.layers.Layer):
         source = (ops.arange(tokens)[None, :] + offset) % tokens
         source = ops.broadcast_to(ops.expand_dims(source, -1), shape)
         others = ops.take_along_axis(embeddings, source, axis=1)
-        mask = ops.broadcast_to(ops.cast(self.mask_embedding, embeddings.dtype),
-                                ops.shape(embeddings))
+        mask = ops.broadcast_to(
+            ops.cast(self.mask_embedding, embeddings.dtype), ops.shape(embeddings)
+        )
         kinds = ops.expand_dims(kinds, -1)
         out = ops.where(kinds == MASKED, mask, embeddings)
         return ops.where(kinds == REPLACED, others, out)
@@ -119,12 +136,13 @@ class PatchCorruption(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "corruption_rate": self.corruption_rate,
-            "mask_prob": self.mask_prob,
-            "random_prob": self.random_prob,
-            "seed": self.seed,
-            "embeddings_initializer": keras.initializers.serialize(
-                self.embeddings_initializer),
-        })
+        config.update(
+            {
+                "corruption_rate": self.corruption_rate,
+                "mask_prob": self.mask_prob,
+                "random_prob": self.random_prob,
+                "seed": self.seed,
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+            }
+        )
         return config

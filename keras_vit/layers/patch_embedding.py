@@ -18,8 +18,14 @@ class PatchEmbedding(keras.layers.Layer):
     layout), `bias` (hidden_size,).
     """
 
-    def __init__(self, patch_size, hidden_size, kernel_initializer="lecun_normal",
-                 bias_initializer="zeros", **kwargs):
+    def __init__(
+        self,
+        patch_size,
+        hidden_size,
+        kernel_initializer="lecun_normal",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.patch_size = to_pair(patch_size, "patch_size")
         self.hidden_size = int(hidden_size)
@@ -29,10 +35,13 @@ class PatchEmbedding(keras.layers.Layer):
     def build(self, input_shape):
         channels = input_shape[-1]
         self.kernel = self.add_weight(
-            name="kernel", shape=(*self.patch_size, channels, self.hidden_size),
-            initializer=self.kernel_initializer)
-        self.bias = self.add_weight(name="bias", shape=(self.hidden_size,),
-                                    initializer=self.bias_initializer)
+            name="kernel",
+            shape=(*self.patch_size, channels, self.hidden_size),
+            initializer=self.kernel_initializer,
+        )
+        self.bias = self.add_weight(
+            name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
+        )
 
     def grid_size(self, image_size):
         """(rows, cols) of patches for an (height, width) image."""
@@ -41,7 +50,8 @@ class PatchEmbedding(keras.layers.Layer):
         if height % ph or width % pw:
             raise ValueError(
                 f"{self.name}: image size {height}x{width} is not a multiple of the "
-                f"patch size {ph}x{pw}.")
+                f"patch size {ph}x{pw}."
+            )
         return height // ph, width // pw
 
     def call(self, images):
@@ -59,12 +69,14 @@ class PatchEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "patch_size": self.patch_size,
-            "hidden_size": self.hidden_size,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-        })
+        config.update(
+            {
+                "patch_size": self.patch_size,
+                "hidden_size": self.hidden_size,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
         return config
 
 

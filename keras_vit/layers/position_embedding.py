@@ -24,13 +24,13 @@ class PositionEmbedding(keras.layers.Layer):
         num_prefix_tokens: tokens before the grid (1 with a class token, else 0).
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=1, embeddings_initializer=None,
-                 **kwargs):
+    def __init__(self, grid_size, num_prefix_tokens=1, embeddings_initializer=None, **kwargs):
         super().__init__(**kwargs)
         self.grid_size = tuple(int(g) for g in grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer or initializers.position_embedding())
+            embeddings_initializer or initializers.position_embedding()
+        )
 
     @property
     def num_tokens(self):
@@ -41,10 +41,13 @@ class PositionEmbedding(keras.layers.Layer):
             raise ValueError(
                 f"{self.name}: the sequence has {input_shape[1]} tokens but the "
                 f"embedding covers {self.num_tokens} ({self.num_prefix_tokens} prefix + "
-                f"{self.grid_size[0]}x{self.grid_size[1]} grid).")
+                f"{self.grid_size[0]}x{self.grid_size[1]} grid)."
+            )
         self.pos_embedding = self.add_weight(
-            name="pos_embedding", shape=(1, self.num_tokens, input_shape[-1]),
-            initializer=self.embeddings_initializer)
+            name="pos_embedding",
+            shape=(1, self.num_tokens, input_shape[-1]),
+            initializer=self.embeddings_initializer,
+        )
 
     def call(self, tokens):
         return tokens + keras.ops.cast(self.pos_embedding, tokens.dtype)
@@ -52,17 +55,21 @@ class PositionEmbedding(keras.layers.Layer):
     def resized(self, grid_size):
         """This layer's embedding (numpy) resized to a new (rows, cols) grid."""
         return resize_position_embedding(
-            keras.ops.convert_to_numpy(self.pos_embedding), self.grid_size,
-            tuple(grid_size), self.num_prefix_tokens)
+            keras.ops.convert_to_numpy(self.pos_embedding),
+            self.grid_size,
+            tuple(grid_size),
+            self.num_prefix_tokens,
+        )
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "grid_size": self.grid_size,
-            "num_prefix_tokens": self.num_prefix_tokens,
-            "embeddings_initializer": keras.initializers.serialize(
-                self.embeddings_initializer),
-        })
+        config.update(
+            {
+                "grid_size": self.grid_size,
+                "num_prefix_tokens": self.num_prefix_tokens,
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+            }
+        )
         return config
 
 
@@ -93,11 +100,11 @@ def resize_position_embedding(posemb, old_grid, new_grid, num_prefix_tokens):
     if old_grid[0] * old_grid[1] != len(grid):
         raise ValueError(
             f"position embedding has {len(grid)} grid tokens, which is not a "
-            f"{old_grid[0]}x{old_grid[1]} grid.")
+            f"{old_grid[0]}x{old_grid[1]} grid."
+        )
     if old_grid == new_grid:
         return posemb
-    logger.info("Resizing position embeddings from a %dx%d grid to %dx%d.",
-                *old_grid, *new_grid)
+    logger.info("Resizing position embeddings from a %dx%d grid to %dx%d.", *old_grid, *new_grid)
     grid = grid.reshape(old_grid[0], old_grid[1], -1)
     zoom = (new_grid[0] / old_grid[0], new_grid[1] / old_grid[1], 1)
     grid = scipy.ndimage.zoom(grid, zoom, order=1)

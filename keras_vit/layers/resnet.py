@@ -33,8 +33,9 @@ class ResNetStem(keras.layers.Layer):
     def __init__(self, width=ROOT_WIDTH, **kwargs):
         super().__init__(**kwargs)
         self.width = int(width)
-        self.conv_root = StdConv2D(self.width, 7, strides=2, name="conv_root",
-                                   dtype=self.dtype_policy)
+        self.conv_root = StdConv2D(
+            self.width, 7, strides=2, name="conv_root", dtype=self.dtype_policy
+        )
         self.gn_root = group_norm("gn_root", dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -79,8 +80,7 @@ class BottleneckUnit(keras.layers.Layer):
         out = EXPANSION * self.features
         self.conv1 = StdConv2D(self.features, 1, name="conv1", dtype=policy)
         self.gn1 = group_norm("gn1", dtype=policy)
-        self.conv2 = StdConv2D(self.features, 3, strides=self.strides, name="conv2",
-                               dtype=policy)
+        self.conv2 = StdConv2D(self.features, 3, strides=self.strides, name="conv2", dtype=policy)
         self.gn2 = group_norm("gn2", dtype=policy)
         self.conv3 = StdConv2D(out, 1, name="conv3", dtype=policy)
         self.gn3 = group_norm("gn3", zero_scale=True, dtype=policy)
@@ -89,8 +89,13 @@ class BottleneckUnit(keras.layers.Layer):
 
     def build(self, input_shape):
         if input_shape[-1] != EXPANSION * self.features or self.strides != (1, 1):
-            self.conv_proj = StdConv2D(EXPANSION * self.features, 1, strides=self.strides,
-                                       name="conv_proj", dtype=self.dtype_policy)
+            self.conv_proj = StdConv2D(
+                EXPANSION * self.features,
+                1,
+                strides=self.strides,
+                name="conv_proj",
+                dtype=self.dtype_policy,
+            )
             self.gn_proj = group_norm("gn_proj", dtype=self.dtype_policy)
             self.conv_proj.build(input_shape)
             self.gn_proj.build(self.conv_proj.compute_output_shape(input_shape))
@@ -118,8 +123,9 @@ class BottleneckUnit(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         batch, height, width = input_shape[:3]
-        rows, cols = (None if n is None else -(-n // s)
-                      for n, s in zip((height, width), self.strides))
+        rows, cols = (
+            None if n is None else -(-n // s) for n, s in zip((height, width), self.strides)
+        )
         return (batch, rows, cols, EXPANSION * self.features)
 
     def get_config(self):
@@ -142,10 +148,15 @@ class ResNetStage(keras.layers.Layer):
             raise ValueError(f"{self.name}: a stage needs at least one unit, got {num_units}.")
         self.features = int(features)
         self.first_stride = to_pair(first_stride, "first_stride")
-        self.units = [BottleneckUnit(self.features,
-                                     strides=self.first_stride if i == 0 else 1,
-                                     name=f"unit{i + 1}", dtype=self.dtype_policy)
-                      for i in range(self.num_units)]
+        self.units = [
+            BottleneckUnit(
+                self.features,
+                strides=self.first_stride if i == 0 else 1,
+                name=f"unit{i + 1}",
+                dtype=self.dtype_policy,
+            )
+            for i in range(self.num_units)
+        ]
 
     def build(self, input_shape):
         for unit in self.units:
@@ -162,8 +173,12 @@ class ResNetStage(keras.layers.Layer):
         return self.units[0].compute_output_shape(input_shape)
 
     def get_config(self):
-        return {**super().get_config(), "num_units": self.num_units,
-                "features": self.features, "first_stride": self.first_stride}
+        return {
+            **super().get_config(),
+            "num_units": self.num_units,
+            "features": self.features,
+            "first_stride": self.first_stride,
+        }
 
 
 def resnet_spec(value):
@@ -185,22 +200,30 @@ def resnet_spec(value):
         if unknown or "num_layers" not in value:
             raise ValueError(
                 "resnet must hold 'num_layers' and optionally 'width_factor'; got keys "
-                f"{sorted(value)}.")
+                f"{sorted(value)}."
+            )
         num_layers, width_factor = value["num_layers"], value.get("width_factor", 1)
     else:
         num_layers, width_factor = value, 1
     if isinstance(num_layers, (str, bytes)) or not hasattr(num_layers, "__iter__"):
-        raise ValueError(f"resnet num_layers must be a sequence of unit counts per "
-                         f"stage, got {num_layers!r}.")
+        raise ValueError(
+            f"resnet num_layers must be a sequence of unit counts per stage, got {num_layers!r}."
+        )
     num_layers = tuple(num_layers)
-    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1
-               for n in num_layers):
+    if not all(
+        isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1 for n in num_layers
+    ):
         raise ValueError(f"resnet num_layers must be positive integers, got {num_layers!r}.")
-    if (isinstance(width_factor, bool) or not isinstance(width_factor, numbers.Real)
-            or width_factor <= 0 or (ROOT_WIDTH * width_factor) % 32):
+    if (
+        isinstance(width_factor, bool)
+        or not isinstance(width_factor, numbers.Real)
+        or width_factor <= 0
+        or (ROOT_WIDTH * width_factor) % 32
+    ):
         raise ValueError(
             f"resnet width_factor must be a positive number with 64 * width_factor a "
-            f"multiple of 32 (the GroupNorm groups), got {width_factor!r}.")
+            f"multiple of 32 (the GroupNorm groups), got {width_factor!r}."
+        )
     if float(width_factor).is_integer():
         width_factor = int(width_factor)
     return {"num_layers": tuple(int(n) for n in num_layers), "width_factor": width_factor}
@@ -217,8 +240,15 @@ def resnet_layers(spec, dtype=None):
     width = int(ROOT_WIDTH * spec["width_factor"])
     layers = [ResNetStem(width, name="root", dtype=dtype)]
     for i, num_units in enumerate(spec["num_layers"]):
-        layers.append(ResNetStage(num_units, width * 2 ** i, first_stride=1 if i == 0 else 2,
-                                  name=f"block{i + 1}", dtype=dtype))
+        layers.append(
+            ResNetStage(
+                num_units,
+                width * 2**i,
+                first_stride=1 if i == 0 else 2,
+                name=f"block{i + 1}",
+                dtype=dtype,
+            )
+        )
     return layers
 
 

@@ -28,8 +28,16 @@ class StdConv2D(keras.layers.Layer):
     checkpoint's layout), the raw (unstandardised) values.
     """
 
-    def __init__(self, filters, kernel_size, strides=1, padding="same", epsilon=1e-5,
-                 kernel_initializer="lecun_normal", **kwargs):
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=1,
+        padding="same",
+        epsilon=1e-5,
+        kernel_initializer="lecun_normal",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.filters = int(filters)
         self.kernel_size = to_pair(kernel_size, "kernel_size")
@@ -42,8 +50,10 @@ class StdConv2D(keras.layers.Layer):
 
     def build(self, input_shape):
         self.kernel = self.add_weight(
-            name="kernel", shape=(*self.kernel_size, input_shape[-1], self.filters),
-            initializer=self.kernel_initializer)
+            name="kernel",
+            shape=(*self.kernel_size, input_shape[-1], self.filters),
+            initializer=self.kernel_initializer,
+        )
 
     def standardized_kernel(self):
         """The kernel as the convolution uses it: per output channel zero mean
@@ -59,20 +69,27 @@ class StdConv2D(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         batch, height, width = input_shape[:3]
-        return (batch, *(_out_size(size, k, s, self.padding) for size, k, s in
-                         zip((height, width), self.kernel_size, self.strides)),
-                self.filters)
+        return (
+            batch,
+            *(
+                _out_size(size, k, s, self.padding)
+                for size, k, s in zip((height, width), self.kernel_size, self.strides)
+            ),
+            self.filters,
+        )
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "filters": self.filters,
-            "kernel_size": self.kernel_size,
-            "strides": self.strides,
-            "padding": self.padding,
-            "epsilon": self.epsilon,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-        })
+        config.update(
+            {
+                "filters": self.filters,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "padding": self.padding,
+                "epsilon": self.epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
         return config
 
 
@@ -82,4 +99,3 @@ def _out_size(size, kernel, stride, padding):
     if padding == "same":
         return -(-size // stride)
     return (size - kernel) // stride + 1
-

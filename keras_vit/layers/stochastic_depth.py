@@ -26,8 +26,7 @@ class StochasticDepth(keras.layers.Layer):
         super().__init__(**kwargs)
         rate = float(rate)
         if not 0.0 <= rate < 1.0:
-            raise ValueError(f"{self.name}: stochastic depth rate must be in [0, 1), "
-                             f"got {rate}.")
+            raise ValueError(f"{self.name}: stochastic depth rate must be in [0, 1), got {rate}.")
         self.rate = rate
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if rate > 0 else None
