@@ -6,7 +6,8 @@ embedding cuts the feature map into patches (1x1 for the published hybrids).
 
     import keras_vit
     model = keras_vit.R50_ViT_B16(weights="imagenet21k+imagenet2012")  # 384 px
-    backbone = keras_vit.hybrid.feature_extractor(model)  # images -> (B, 24, 24, 1024)
+    features = model.feature_extractor(blocks=(-1,), stages=True)  # ResNet + encoder maps
+    # {"stem": (B, 96, 96, 64), "stage1": ..., "stage3": (B, 24, 24, 1024), "block12": ...}
 
 Named builders (same keyword arguments as the plain ViTs): `R50_ViT_B16`
 (units 3, 4, 9), `R50_ViT_L32` (3, 4, 6, 3), `R26_ViT_S32` and `R26_ViT_B32`
@@ -50,6 +51,11 @@ def feature_extractor(model, stages=False):
     """The ResNet part of a hybrid alone (BiT's backbone without its head), as a
     `keras.Model` sharing `model`'s weights.
 
+    A thin alias of `model.feature_extractor(blocks=(), stages=...)`, kept for
+    code written before that method, in its own output forms: one map or a
+    list rather than a dict. New code: `model.feature_extractor`, which also
+    gives the encoder blocks' token maps from the same call.
+
     Args:
         model: a hybrid `VisionTransformer` (built with `resnet=...`).
         stages: False for the final feature map only; True for every stage's
@@ -63,11 +69,11 @@ def feature_extractor(model, stages=False):
     Raises:
         ValueError: `model` has no ResNet.
     """
-    layers = model.resnet_layers() if isinstance(model, VisionTransformer) else []
-    if not layers:
+    if not isinstance(model, VisionTransformer) or model.resnet is None:
         raise ValueError(f"{model.name} is not a hybrid model: it has no ResNet.")
-    outputs = [layer.output for layer in layers] if stages else layers[-1].output
-    return keras.Model(model.inputs, outputs, name=f"{model.name}_resnet")
+    extractor = model.feature_extractor(blocks=(), stages=True if stages else -1)
+    maps = list(extractor.output.values())  # stem, block1, ... in order
+    return keras.Model(extractor.input, maps if stages else maps[-1], name=f"{model.name}_resnet")
 
 
 __all__ = [

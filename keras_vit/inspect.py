@@ -12,7 +12,9 @@ hand-made attention matrices; the model functions (`attention_maps`,
     sim = keras_vit.inspect.position_embedding_similarity(model)   # (r, c, r, c)
     comps, var = keras_vit.inspect.embedding_filter_components(model)  # (k, P, P, 3)
 
-`images` are (B, H, W, 3) in [-1, 1] (`keras_vit.preprocess_input`).
+`images` are (B, H, W, 3) in [-1, 1] (`keras_vit.preprocess_input`), of the
+model's size, or of any size for a model of any resolution
+(`input_shape=(None, None, 3)`): the grid is then the images' (`token_grid`).
 """
 
 import keras
@@ -108,11 +110,13 @@ def _attention_chunks(model, images, batch_size):
 def attention_maps(model, images, batch_size=32):
     """Rollout heat-maps (B, rows, cols) of a model for images (B, H, W, 3) in
     [-1, 1]: the class token's map for token models, the mean over tokens for
-    GAP models. Each map sums to 1; upsample with `upsample`."""
+    GAP models; (rows, cols) is the images' token grid. Each map sums to 1;
+    upsample with `upsample`."""
     encoder = model.get_layer("Transformer")
+    grid = model.token_grid(np.shape(images)[1:3])
     return np.concatenate(
         [
-            rollout_maps(rollout(weights), encoder.grid_size, encoder.num_prefix_tokens)
+            rollout_maps(rollout(weights), grid, encoder.num_prefix_tokens)
             for _, weights in _attention_chunks(model, images, batch_size)
         ]
     )
@@ -189,21 +193,22 @@ def uniform_attention_distance(grid_size, patch_pixels):
     return float(np.linalg.norm(centres[:, None] - centres[None], axis=-1).mean())
 
 
-def grid_cell_pixels(model):
-    """(height, width) in pixels that one token of the grid covers."""
-    grid = model.get_layer("Transformer").grid_size
-    return tuple(size / cells for size, cells in zip(model.image_size, grid))
+def grid_cell_pixels(model, image_size=None):
+    """(height, width) in pixels that one token of the grid covers, for images of
+    (height, width) `image_size` (None: the model's `image_size`)."""
+    image_size = tuple(model.image_size if image_size is None else image_size)
+    grid = model.token_grid(image_size)
+    return tuple(size / cells for size, cells in zip(image_size, grid))
 
 
 def attention_distance(model, images, batch_size=32):
     """Mean attention distance (layers, heads) in pixels of a model over images
     (B, H, W, 3) in [-1, 1]; see `mean_attention_distance`."""
     encoder = model.get_layer("Transformer")
+    image_size = np.shape(images)[1:3]
+    grid, cell = model.token_grid(image_size), grid_cell_pixels(model, image_size)
     total = sum(
-        count
-        * mean_attention_distance(
-            weights, encoder.grid_size, grid_cell_pixels(model), encoder.num_prefix_tokens
-        )
+        count * mean_attention_distance(weights, grid, cell, encoder.num_prefix_tokens)
         for count, weights in _attention_chunks(model, images, batch_size)
     )
     return total / len(images)

@@ -35,7 +35,7 @@ import keras
 from keras_vit import factory
 from keras_vit import layers as vit_layers
 from keras_vit.factory import NOT_GIVEN
-from keras_vit.layers.patch_embedding import to_pair
+from keras_vit.layers.patch_embedding import PatchTokenMap, to_pair
 from keras_vit.layers.resnet import resnet_layers, resnet_spec
 
 # Attention models by ViT, outside Keras' attribute tracking (they share its layers).
@@ -60,9 +60,11 @@ class VisionTransformer(keras.Model):
     hidden_size), or what `pooling` asks for.
 
     Args:
-        image_size: int or (height, width), multiples of the patch size. None:
-            `input_shape`'s, else the checkpoint's resolution when `weights` are
-            given, else 224.
+        image_size: int or (height, width), multiples of the patch size: the
+            resolution of the input and of the position embeddings (for a model of
+            any resolution, `input_shape=(None, None, C)`, that of its position
+            embeddings alone). None: `input_shape`'s, else the checkpoint's
+            resolution when `weights` are given, else 224.
         patch_size: patch side P (on the ResNet feature map for hybrids).
         hidden_size, mlp_dim, num_heads, num_layers: Transformer sizes.
         classifier: the architecture: 'token' (class token) or 'gap' (no class
@@ -95,13 +97,22 @@ class VisionTransformer(keras.Model):
     keras.applications' arguments (keyword only), with its meanings:
         input_shape: (height, width, channels): the resolution (as
             `image_size`; both given must agree) and the number of channels.
-            Height and width must be given (position embeddings fix the
-            resolution). Channels other than 3 give a patch embedding (a
-            hybrid's stem) of that many input channels; RGB weights are adapted
-            to it (`keras_vit.checkpoint.loader.adapt_input_channels`).
+            (None, None, channels): a model of any resolution (`dynamic_size`):
+            each batch may have another height and width (multiples of the
+            patch size, or for a hybrid sizes whose ResNet feature map is a
+            multiple of it), and the position embeddings, learned at
+            `image_size`, are resized in the graph to the grid of each batch
+            with the interpolation used when loading a checkpoint at another
+            resolution (`PositionEmbedding.at_grid`), so the outputs are those
+            of a model built at that size from the same weights. Height and
+            width are both given or both None. Channels other than 3 give a
+            patch embedding (a hybrid's stem) of that many input channels; RGB
+            weights are adapted to it
+            (`keras_vit.checkpoint.loader.adapt_input_channels`).
         input_tensor: a Keras tensor (batch, height, width, channels) to use as
             the model's input; the model's inputs are its source inputs (as
-            keras.applications). Its shape sets `input_shape`.
+            keras.applications). Its shape sets `input_shape` (None height and
+            width: any resolution).
         pooling: the headless output (`include_top=False`; ignored with the
             head, as in keras.applications). None: the patch-token map (batch,
             rows, cols, hidden) after the final LayerNorm, class token dropped;
@@ -120,6 +131,11 @@ class VisionTransformer(keras.Model):
         channels: the input channels (None: `input_shape`'s, the checkpoint's,
             else 3); what `get_config` records.
         trainable: as for any Keras model.
+
+    Attributes: the arguments as given or resolved (`image_size`, `channels`,
+    `patch_size`, ...), `grid_size` (the (rows, cols) of the position
+    embeddings) and `dynamic_size` (whether the input height and width are None:
+    any resolution). Exports (SavedModel, TFLite, ONNX) need a fixed size.
 
     Raises:
         TypeError: an unknown keyword argument (named in the message).
@@ -207,6 +223,7 @@ class VisionTransformer(keras.Model):
         pooling,
         classifier_activation,
         input_tensor,
+        dynamic_size,
         name,
         dtype,
         trainable,
@@ -216,23 +233,19 @@ class VisionTransformer(keras.Model):
             patch_size, hidden_size, name="embedding", dtype=dtype
         )
         if input_tensor is None:
-            images = inputs = keras.Input((*image_size, channels), name="image")
+            size = (None, None) if dynamic_size else image_size
+            images = inputs = keras.Input((*size, channels), name="image")
         else:
             images = input_tensor
             inputs = keras.utils.get_source_inputs(input_tensor)
             inputs = inputs[0] if len(inputs) == 1 else inputs
-        x = images
-        for layer in resnet_layers(resnet, dtype) if resnet is not None else ():
-            x = layer(x)
-        grid_size = (
-            patch_embedding.grid_size(image_size)
-            if resnet is None
-            else _hybrid_grid_size(patch_embedding, image_size, tuple(x.shape[1:3]))
+        resnet_stages = resnet_layers(resnet, dtype) if resnet is not None else []
+        grid_size = _token_grid(resnet_stages, patch_embedding, image_size)
+        class_token = (
+            vit_layers.ClassToken(name="cls", dtype=dtype) if classifier == "token" else None
         )
-        x = patch_embedding(x)
-        if classifier == "token":
-            x = vit_layers.ClassToken(name="cls", dtype=dtype)(x)
-        x = vit_layers.Encoder(
+        _, x, patch_map = _embed(images, resnet_stages, patch_embedding, class_token, dynamic_size)
+        encoder = vit_layers.Encoder(
             grid_size,
             num_layers,
             num_heads,
@@ -243,7 +256,8 @@ class VisionTransformer(keras.Model):
             stochastic_depth_rate=stochastic_depth_rate,
             name="Transformer",
             dtype=dtype,
-        )(x)
+        )
+        x = encoder(_on_grid(x, patch_map))
         if include_top or pooling is NOT_GIVEN:
             x = vit_layers.TokenPooling(classifier, name="pool", dtype=dtype)(x)
             if representation_size:
@@ -255,7 +269,7 @@ class VisionTransformer(keras.Model):
                     dtype=dtype,
                 )(x)
         else:
-            x = _pooled(x, pooling, classifier, grid_size, hidden_size, dtype)
+            x = _pooled(x, pooling, classifier, grid_size, patch_map, dtype)
         if include_top:  # logits (and their activation) in float32 under mixed precision
             x = keras.layers.Dense(
                 num_classes, kernel_initializer="zeros", name="head", dtype=_float32_outputs(dtype)
@@ -270,6 +284,7 @@ class VisionTransformer(keras.Model):
         self.channels = channels
         self.patch_size = patch_embedding.patch_size
         self.grid_size = grid_size
+        self.dynamic_size = bool(dynamic_size)
         self.hidden_size = int(hidden_size)
         self.mlp_dim = int(mlp_dim)
         self.num_heads = int(num_heads)
@@ -292,13 +307,7 @@ class VisionTransformer(keras.Model):
 
     def tokens(self, images):
         """Applies the layers before the encoder: (B, H, W, 3) -> (B, T, hidden)."""
-        x = images
-        for layer in self.resnet_layers():
-            x = layer(x)
-        x = self.get_layer("embedding")(x)
-        if self.classifier == "token":
-            x = self.get_layer("cls")(x)
-        return x
+        return self._embedded(images)[1]
 
     def resnet_layers(self):
         """The hybrid's ResNet layers in order (stem 'root', stages 'block1'..);
@@ -309,19 +318,115 @@ class VisionTransformer(keras.Model):
             self.get_layer(f"block{i + 1}") for i in range(len(self.resnet["num_layers"]))
         ]
 
+    def token_grid(self, image_size):
+        """(rows, cols) of the token grid for images of (height, width): the patch
+        grid of the image, or of a hybrid's ResNet feature map. For a fixed-size
+        model at its own size, `grid_size`. Raises ValueError where the size is
+        not a multiple of the (effective) patch size."""
+        return _token_grid(self.resnet_layers(), self.get_layer("embedding"), tuple(image_size))
+
     def attention_model(self):
         """A `keras.Model` sharing this model's weights that maps images to the
         attention weights of every encoder block: a list of `num_layers` arrays
         (batch, heads, tokens, tokens), rows summing to 1. Tokens are ordered as
-        the encoder sees them (class token first for 'token' models)."""
-        images = keras.Input((*self.image_size, self.channels), name="image")
+        the encoder sees them (class token first for 'token' models). Its input
+        has this model's size (any size for a `dynamic_size` model)."""
+        images = self._image_input()
         encoder = self.get_layer("Transformer")
-        x = encoder.position_embedding(self.tokens(images))
+        _, x, patch_map = self._embedded(images)
+        x = encoder.position_embedding(_on_grid(x, patch_map))
         weights = []
         for block in encoder.blocks:  # block by block: each node has flat outputs
             x, block_weights = block(x, return_attention_weights=True)
             weights.append(block_weights)
         return keras.Model(images, weights, name=f"{self.name}_attention")
+
+    def feature_extractor(self, blocks=(-1,), stages=(), norm=False, name=None):
+        """A `keras.Model` sharing this model's weights that maps images to the
+        token maps of chosen encoder blocks and, for a hybrid, to the outputs of
+        chosen ResNet stages (as timm's `forward_intermediates`): a dict of
+        (batch, rows, cols, channels) maps, for a feature pyramid or a dense
+        task. Call it like a layer inside a functional graph, or `predict`.
+
+            features = model.feature_extractor(blocks=(3, 6, 9, 12))
+            maps = features(images)  # {"block3": (B, rows, cols, hidden), ...}
+
+        Args:
+            blocks: encoder blocks, numbered 1..num_layers (block k's map is the
+                output of the k-th block), or from the end (-1: the last). Key
+                f"block{k}": (batch, rows, cols, hidden), the patch tokens laid
+                on the token grid (`token_grid`), the class token dropped.
+                Empty: none.
+            stages: a hybrid's ResNet outputs: 0 the stem ('root'), s >= 1 the
+                stage 'block{s}', or from the end (-1: the map the patch
+                embedding cuts into patches); True: the stem and every stage.
+                Keys "stem" and f"stage{s}": (batch, h, w, C), h = height /
+                stride (4 for the stem, x2 per further stage; ceil at each
+                stride-2 step), C = 64 * width_factor for the stem, 256 * 2**(s-1)
+                * width_factor for stage s. Empty: none.
+            norm: whether the block maps go through the encoder's final
+                LayerNorm (`encoder_norm`), as the model's own outputs do: then
+                the last block's map is the `pooling=None` output. False (the
+                default, as timm): the blocks' raw outputs (the residual stream).
+            name: the model's name; default f"{self.name}_features".
+        Returns:
+            A `keras.Model` from images (batch, height, width, channels) in [-1,
+            1], of this model's size (any size for a `dynamic_size` model), to
+            the dict of maps, keys in the order stem, stages, blocks.
+        Raises:
+            ValueError: no map asked for, a block or stage out of range (the valid
+                range named), or stages of a model without a ResNet.
+        """
+        images, outputs = self._feature_maps(blocks, stages, norm)
+        return keras.Model(images, outputs, name=name or f"{self.name}_features")
+
+    def _feature_maps(self, blocks, stages, norm):
+        """(a fresh image input, {key: map}) for `feature_extractor`'s arguments."""
+        block_numbers = _numbers("blocks", blocks, 1, self.num_layers, "block")
+        stage_numbers = _numbers(
+            "stages", stages, 0, len(self.resnet_layers()) - 1, "stage", self.resnet is None
+        )
+        if not block_numbers and not stage_numbers:
+            raise ValueError("feature_extractor: no map asked for (blocks and stages are empty).")
+        images = self._image_input()
+        resnet_outputs, tokens, patch_map = self._embedded(images)
+        outputs = {(f"stage{s}" if s else "stem"): resnet_outputs[s] for s in stage_numbers}
+        if block_numbers:
+            # The encoder's layers one by one, in the order of `Encoder.call`, up to
+            # the last block asked for (a second node of the encoder itself with
+            # more outputs than its first would not be connected: Keras' Function
+            # counts a layer's outputs on its first node).
+            encoder = self.get_layer("Transformer")
+            x = encoder.dropout(encoder.position_embedding(_on_grid(tokens, patch_map)))
+            for k, block in enumerate(encoder.blocks[: block_numbers[-1]], 1):
+                x = block(x)
+                if k in block_numbers:
+                    to_map = PatchTokenMap(
+                        None if patch_map is not None else self.grid_size,
+                        encoder.num_prefix_tokens,
+                        name=f"block{k}_map",
+                        dtype=self._dtype_arg,
+                    )
+                    y = encoder.encoder_norm(x) if norm else x
+                    outputs[f"block{k}"] = to_map(_on_grid(y, patch_map))
+        return images, outputs
+
+    def _image_input(self):
+        """A fresh image input of this model's size ((None, None) when dynamic)."""
+        size = (None, None) if self.dynamic_size else self.image_size
+        return keras.Input((*size, self.channels), name="image")
+
+    def _embedded(self, images):
+        """`_embed` (the encoder's input, and what carries it there) with this model's
+        layers."""
+        class_token = self.get_layer("cls") if self.classifier == "token" else None
+        return _embed(
+            images,
+            self.resnet_layers(),
+            self.get_layer("embedding"),
+            class_token,
+            self.dynamic_size,
+        )
 
     def attention_weights(self, images, batch_size=32):
         """Numpy attention weights of every block for `images` (B, H, W, 3) in
@@ -333,16 +438,21 @@ class VisionTransformer(keras.Model):
         return list(outputs)
 
     def _resolve_auto_jit_compile(self):
-        """`jit_compile="auto"` (the default of `compile`, `predict`, `fit`) means XLA
-        also on CPU-only TensorFlow, where Keras would switch it off: ViT-S/16
-        inference measured 1.26x faster with it (docs/speed.md). Under a
-        tf.distribute strategy Keras' own choice stands."""
-        if (
-            keras.backend.backend() == "tensorflow"
-            and getattr(self, "_distribute_strategy", None) is None
-        ):
-            return all(layer.supports_jit for layer in self._flatten_layers())
-        return super()._resolve_auto_jit_compile()
+        """What `jit_compile="auto"` (the default of `compile`, so of `fit`; and what
+        `predict` uses on a model never compiled) means: the rule of
+        `keras_vit.compilation`, from the backend, the compute dtype and the CPU
+        (docs/speed.md); Keras' own choice where that rule defers to it (a GPU/TPU
+        with TensorFlow, a tf.distribute strategy). An explicit `jit_compile` always
+        wins (Keras may still call this while setting it, and drops the answer).
+
+        A private Keras hook, overridden because it is the only one: Keras calls it
+        both from `compile(jit_compile="auto")` and when the `jit_compile` property
+        is first read (`predict` on an uncompiled model); no public argument
+        changes what "auto" means."""
+        from keras_vit import compilation
+
+        choice = compilation.resolve_auto_jit_compile(self)
+        return super()._resolve_auto_jit_compile() if choice is None else choice
 
     # -- Serialisation ------------------------------------------------------------
 
@@ -374,6 +484,8 @@ class VisionTransformer(keras.Model):
         }
         if self.pooling is not NOT_GIVEN:  # not given: the key is absent
             config["pooling"] = self.pooling
+        if self.dynamic_size:  # fixed size: the key is absent
+            config["input_shape"] = [None, None, self.channels]
         if self.resnet is not None:
             config["resnet"] = {
                 "num_layers": list(self.resnet["num_layers"]),
@@ -396,15 +508,16 @@ class VisionTransformer(keras.Model):
             config["classifier_activation"] = keras.activations.deserialize(
                 config["classifier_activation"]
             )
-        for key in ("image_size", "patch_size"):
+        for key in ("image_size", "patch_size", "input_shape"):
             if isinstance(config.get(key), list):
                 config[key] = tuple(config[key])
         return cls(**config)
 
 
 def _input_arguments(image_size, channels, input_shape, input_tensor):
-    """image_size and channels from keras.applications' input_shape / input_tensor
-    (None where none of them says)."""
+    """image_size, channels (None where none of the arguments says) and
+    dynamic_size (height and width None) from keras.applications' input_shape /
+    input_tensor."""
     if input_tensor is not None:
         if not keras.backend.is_keras_tensor(input_tensor):
             raise ValueError(
@@ -424,28 +537,29 @@ def _input_arguments(image_size, channels, input_shape, input_tensor):
             )
         input_shape = tensor_shape
     if input_shape is None:
-        return {"image_size": image_size, "channels": channels}
+        return {"image_size": image_size, "channels": channels, "dynamic_size": False}
     input_shape = tuple(input_shape)
     if len(input_shape) != 3:
         raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}.")
     height, width, depth = input_shape
-    if height is None or width is None:
+    if (height is None) != (width is None):
         raise ValueError(
-            f"input_shape={input_shape}: a ViT needs a fixed height and width "
-            "(multiples of the patch size): its position embeddings fix the "
-            "resolution."
+            f"input_shape={input_shape}: give both height and width (a fixed "
+            "resolution) or neither (None, None: any resolution at call time)."
         )
     if depth is None or int(depth) < 1:
         raise ValueError(f"input_shape={input_shape}: the number of channels must be given.")
+    if channels is not None and int(channels) != int(depth):
+        raise ValueError(f"channels={channels!r} disagrees with input_shape={input_shape}.")
+    if height is None:  # any resolution; image_size is the position embeddings'
+        return {"image_size": image_size, "channels": int(depth), "dynamic_size": True}
     size = (int(height), int(width))
     if image_size is not None and to_pair(image_size, "image_size") != size:
         raise ValueError(
             f"image_size={image_size!r} disagrees with input_shape="
             f"{input_shape} (height, width {size})."
         )
-    if channels is not None and int(channels) != int(depth):
-        raise ValueError(f"channels={channels!r} disagrees with input_shape={input_shape}.")
-    return {"image_size": size, "channels": int(depth)}
+    return {"image_size": size, "channels": int(depth), "dynamic_size": False}
 
 
 def _alias(name, value, alias, alias_value):
@@ -484,20 +598,92 @@ def _defaults(arguments):
     return a
 
 
-def _pooled(tokens, pooling, classifier, grid_size, hidden_size, dtype):
+def _pooled(tokens, pooling, classifier, grid_size, patch_map, dtype):
     """The headless output `pooling` asks for, from the encoder's output."""
     if pooling == "token":
         return vit_layers.TokenPooling("token", name="pool", dtype=dtype)(tokens)
-    patches = tokens
-    if classifier == "token":  # the class token is not a patch
-        patches = keras.layers.Cropping1D((1, 0), name="patch_tokens", dtype=dtype)(tokens)
+    prefix = 1 if classifier == "token" else 0
     if pooling is None:
-        return keras.layers.Reshape((*grid_size, hidden_size), name="feature_map", dtype=dtype)(
-            patches
+        to_map = PatchTokenMap(
+            grid_size if patch_map is None else None, prefix, name="feature_map", dtype=dtype
         )
+        return to_map(_on_grid(tokens, patch_map))
+    patches = tokens
+    if prefix:  # the class token is not a patch
+        patches = keras.layers.Cropping1D((prefix, 0), name="patch_tokens", dtype=dtype)(tokens)
     if pooling == "avg":
         return vit_layers.TokenPooling("gap", name="pool", dtype=dtype)(patches)
     return keras.layers.GlobalMaxPooling1D(name="pool", dtype=dtype)(patches)
+
+
+def _embed(images, resnet, patch_embedding, class_token, dynamic_size):
+    """The encoder's input for images (batch, height, width, channels).
+
+    Args:
+        resnet: a hybrid's ResNet layers [stem, block1, ...], or [].
+        class_token: the ClassToken layer, or None ('gap' models).
+        dynamic_size: whether the grid is known only at call time.
+    Returns:
+        (resnet_outputs, tokens, patch_map): the outputs of the ResNet layers in
+        order; the tokens (batch, prefix + rows*cols, hidden), class token first;
+        the patch map (batch, rows, cols, hidden) that carries the grid of a
+        dynamic-size model (None for a fixed size: the graph is then the same as
+        if dynamic sizes did not exist).
+    """
+    x, resnet_outputs = images, []
+    for layer in resnet:
+        x = layer(x)
+        resnet_outputs.append(x)
+    if dynamic_size:
+        x, patch_map = patch_embedding(x, return_map=True)
+    else:
+        x, patch_map = patch_embedding(x), None
+    if class_token is not None:
+        x = class_token(x)
+    return resnet_outputs, x, patch_map
+
+
+def _on_grid(tokens, patch_map):
+    """The input of a layer that reads the token grid (position embedding,
+    encoder, `PatchTokenMap`): the tokens alone for a fixed grid, else the pair
+    (tokens, patch_map), whose shape gives the grid of each batch."""
+    return tokens if patch_map is None else (tokens, patch_map)
+
+
+def _numbers(argument, values, first, last, what, absent=False):
+    """`feature_extractor`'s block / stage numbers: sorted, deduplicated, negative
+    ones counted from the end (-1: `last`). True: all of first..last."""
+    if values is None or values is False:
+        values = ()
+    elif values is not True and isinstance(values, int):
+        values = (values,)
+    if values is not True:
+        try:
+            values = tuple(values)
+        except TypeError:
+            raise ValueError(
+                f"feature_extractor: {argument} must be an int or a sequence of ints, "
+                f"got {values!r}."
+            ) from None
+    if absent and (values is True or values):
+        raise ValueError(
+            f"feature_extractor: {argument}={values!r}, but this model is not a hybrid: "
+            "it has no ResNet."
+        )
+    if values is True:
+        values = tuple(range(first, last + 1))
+    numbers = set()
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"feature_extractor: {argument} must be ints, got {value!r}.")
+        number = value + last + 1 if value < 0 else value
+        if not first <= number <= last:
+            raise ValueError(
+                f"feature_extractor: {what} {value} is out of range: this model has "
+                f"{what}s {first}..{last} (or -1..-{last - first + 1} from the end)."
+            )
+        numbers.add(number)
+    return sorted(numbers)
 
 
 def _serialize_activation(activation):
@@ -506,8 +692,15 @@ def _serialize_activation(activation):
     return keras.activations.serialize(activation)
 
 
-def _hybrid_grid_size(patch_embedding, image_size, feature_size):
-    """A hybrid's token grid: patches of the ResNet feature map (rows, cols)."""
+def _token_grid(resnet, patch_embedding, image_size):
+    """The token grid (rows, cols) of images of `image_size`: patches of the image,
+    or of a hybrid's ResNet feature map (its size from the layers' shapes)."""
+    if not resnet:
+        return patch_embedding.grid_size(image_size)
+    shape = (None, *image_size, None)
+    for layer in resnet:
+        shape = layer.compute_output_shape(shape)
+    feature_size = tuple(shape[1:3])
     ph, pw = patch_embedding.patch_size
     if feature_size[0] % ph or feature_size[1] % pw:
         raise ValueError(

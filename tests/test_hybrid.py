@@ -1,5 +1,6 @@
 """Hybrid ResNet + ViT models: sizes, official-layout checkpoints against the NumPy
-reference (numpy_resnet + numpy_vit), serialisation, feature extraction, errors."""
+reference (numpy_resnet + numpy_vit), serialisation, feature extraction (the ResNet
+stages of `VisionTransformer.feature_extractor`), errors."""
 
 import keras
 import numpy as np
@@ -152,22 +153,31 @@ def test_keras_round_trip_safe_mode(tmp_path, rng):
     np.testing.assert_array_equal(_run(again, x), expected)
 
 
-def test_feature_extractor_is_the_resnet(tmp_path, rng):
+def test_feature_extractor_gives_the_resnet_stages(tmp_path, rng):
     params = _small_params(seed=4)
     model = keras_vit.VisionTransformer(
         **SMALL_KW, weights=_save(tmp_path, params), include_top=False
     )
     x = _images(rng, 2, 64, 64)
-    stages = [
-        keras.ops.convert_to_numpy(s)
-        for s in keras_vit.hybrid.feature_extractor(model, stages=True)(x)
-    ]
+    maps = {
+        key: keras.ops.convert_to_numpy(value)
+        for key, value in model.feature_extractor(blocks=(), stages=True)(x).items()
+    }
     expected = resnet_forward(params, x, SMALL_RESNET, return_stages=True)
-    assert [s.shape for s in stages] == [(2, 16, 16, 64), (2, 16, 16, 256), (2, 8, 8, 512)]
-    for got, want in zip(stages, expected):
+    assert {key: value.shape for key, value in maps.items()} == {
+        "stem": (2, 16, 16, 64),
+        "stage1": (2, 16, 16, 256),
+        "stage2": (2, 8, 8, 512),
+    }
+    for got, want in zip(maps.values(), expected):
         np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+    # keras_vit.hybrid.feature_extractor, kept for older code: the same maps, as a list
+    # (stages=True) or the final one alone.
+    stages = keras_vit.hybrid.feature_extractor(model, stages=True)(x)
+    for got, want in zip(stages, maps.values()):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), want)
     final = _run(keras_vit.hybrid.feature_extractor(model), x)
-    np.testing.assert_array_equal(final, stages[-1])
+    np.testing.assert_array_equal(final, maps["stage2"])
     with pytest.raises(ValueError, match="not a hybrid"):
         keras_vit.hybrid.feature_extractor(
             keras_vit.VisionTransformer(

@@ -6,7 +6,7 @@ from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_corruption import PatchCorruption
-from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.patch_embedding import PatchEmbedding, PatchTokenMap
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStage, ResNetStem
@@ -22,6 +22,7 @@ __all__ = [
     "MultiHeadSelfAttention",
     "PatchCorruption",
     "PatchEmbedding",
+    "PatchTokenMap",
     "PositionEmbedding",
     "ResNetStage",
     "ResNetStem",

@@ -12,8 +12,9 @@ class Encoder(keras.layers.Layer):
     """Adds position embeddings, applies dropout, `num_layers` encoder blocks and
     the final LayerNorm (`encoder_norm`), as the official `Encoder` module.
 
-    Input shape: (batch, num_prefix_tokens + rows*cols, hidden).
-    Output shape: the same. `call(..., return_attention_weights=True)` returns
+    Input: tokens (batch, num_prefix_tokens + rows*cols, hidden), or the pair
+    `(tokens, patch_map)` for a grid known only at call time, which the position
+    embedding reads (see `PositionEmbedding`). Output shape: the tokens'. `call(..., return_attention_weights=True)` returns
     `(output, [weights of block 0, ...])`, each (batch, heads, tokens, tokens);
     `return_hidden_states=True` returns `(output, [input to block 0, output of
     block 0, ..., output of the last block before the final LN])`. With both,
@@ -78,9 +79,10 @@ class Encoder(keras.layers.Layer):
 
     def build(self, input_shape):
         self.position_embedding.build(input_shape)
+        tokens_shape = self.compute_output_shape(input_shape)
         for block in self.blocks:
-            block.build(input_shape)
-        self.encoder_norm.build(input_shape)
+            block.build(tokens_shape)
+        self.encoder_norm.build(tokens_shape)
 
     def call(self, x, training=None, return_attention_weights=False, return_hidden_states=False):
         x = self.position_embedding(x)
@@ -94,10 +96,29 @@ class Encoder(keras.layers.Layer):
                 x = block(x, training=training)
             hidden_states.append(x)
         output = self.encoder_norm(x)
-        extras = ([weights] if return_attention_weights else []) + (
-            [hidden_states] if return_hidden_states else []
-        )
-        return (output, *extras) if extras else output
+        return _pack(output, weights, hidden_states, return_attention_weights, return_hidden_states)
+
+    def compute_output_shape(self, input_shape):
+        """The tokens' shape, also from the shapes of a (tokens, patch_map) pair."""
+        if isinstance(input_shape[0], (tuple, list)):
+            input_shape = input_shape[0]
+        return tuple(input_shape)
+
+    def compute_output_spec(
+        self, x, training=None, return_attention_weights=False, return_hidden_states=False
+    ):
+        """KerasTensors of what `call` returns with the same flags (`compute_output_shape`
+        alone cannot see them)."""
+        tokens = x[0] if isinstance(x, (tuple, list)) else x
+        output = keras.KerasTensor(self.compute_output_shape(tokens.shape), self.compute_dtype)
+        weights = [
+            block.compute_output_spec(tokens, return_attention_weights=True)[1]
+            for block in self.blocks
+        ]
+        states = [
+            keras.KerasTensor(output.shape, self.compute_dtype) for _ in range(len(weights) + 1)
+        ]
+        return _pack(output, weights, states, return_attention_weights, return_hidden_states)
 
     def get_config(self):
         config = super().get_config()
@@ -116,3 +137,12 @@ class Encoder(keras.layers.Layer):
             }
         )
         return config
+
+
+def _pack(output, weights, hidden_states, return_attention_weights, return_hidden_states):
+    """`output`, or (output, weights), (output, hidden_states) or (output, weights,
+    hidden_states) as the flags ask: what `Encoder.call` returns."""
+    extras = ([weights] if return_attention_weights else []) + (
+        [hidden_states] if return_hidden_states else []
+    )
+    return (output, *extras) if extras else output

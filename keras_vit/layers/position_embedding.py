@@ -1,10 +1,13 @@
-"""Learned 1-D position embeddings (paper Eq. 1) and their resizing (§3.2)."""
+"""Learned 1-D position embeddings (paper Eq. 1) and their resizing (§3.2): once
+at load time (`resize_position_embedding`, numpy), or in the graph for the grid of
+each batch (`PositionEmbedding` called on `(tokens, patch_map)`, keras.ops)."""
 
 import logging
 
 import keras
 import numpy as np
 import scipy.ndimage
+from keras import ops
 
 from keras_vit import initializers
 
@@ -15,7 +18,14 @@ logger = logging.getLogger("keras_vit")
 class PositionEmbedding(keras.layers.Layer):
     """Adds a learned position embedding to a token sequence.
 
-    Input shape: (batch, num_prefix_tokens + rows*cols, hidden); same output shape.
+    Input: tokens (batch, num_prefix_tokens + rows*cols, hidden) of the grid the
+    embedding covers, or the pair `(tokens, patch_map)` for a grid known only at
+    call time: tokens (batch, num_prefix_tokens + r*c, hidden) and the patch map
+    (batch, r, c, any) they were flattened from, of which only the shape is read.
+    The embedding is then resized in the graph to (r, c) by `at_grid`, as the
+    official `interpolate_posembed` resizes it at load time. Output: the tokens'
+    shape.
+
     Weight: `pos_embedding` (1, num_prefix_tokens + rows*cols, hidden),
     initialised normal(stddev=0.02).
 
@@ -37,7 +47,9 @@ class PositionEmbedding(keras.layers.Layer):
         return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
 
     def build(self, input_shape):
-        if input_shape[1] is not None and input_shape[1] != self.num_tokens:
+        if _is_shape_pair(input_shape):  # (tokens, patch_map): any grid
+            input_shape = input_shape[0]
+        elif input_shape[1] is not None and input_shape[1] != self.num_tokens:
             raise ValueError(
                 f"{self.name}: the sequence has {input_shape[1]} tokens but the "
                 f"embedding covers {self.num_tokens} ({self.num_prefix_tokens} prefix + "
@@ -49,8 +61,50 @@ class PositionEmbedding(keras.layers.Layer):
             initializer=self.embeddings_initializer,
         )
 
-    def call(self, tokens):
-        return tokens + keras.ops.cast(self.pos_embedding, tokens.dtype)
+    def call(self, inputs):
+        if isinstance(inputs, (tuple, list)):
+            tokens, patch_map = inputs
+            shape = ops.shape(patch_map)
+            embedding = self.at_grid((shape[1], shape[2]))
+        else:
+            tokens, embedding = inputs, self.pos_embedding
+        return tokens + ops.cast(embedding, tokens.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[0] if _is_shape_pair(input_shape) else input_shape)
+
+    def compute_output_spec(self, inputs):
+        """The tokens' spec (tracing `call` would relate the unknown sizes of the
+        tokens and of the patch map wrongly: they are independent symbols)."""
+        tokens = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
+        return keras.KerasTensor(tokens.shape, dtype=self.compute_dtype)
+
+    def at_grid(self, grid_size):
+        """The embedding (1, num_prefix_tokens + rows*cols, hidden) for a (rows,
+        cols) grid, as a tensor in the weight's dtype: the weight itself for its
+        own grid; otherwise resized in the graph with the numbers of `resized`
+        (the official corner-aligned linear interpolation), the prefix tokens'
+        embeddings kept. rows and cols may be Python ints or scalar int tensors
+        (a dynamic shape); every op is XLA-compilable.
+
+        The interpolation gathers the two neighbours along each axis and blends
+        them elementwise, `(1 - t) * a[lo] + t * a[lo + 1]`, as scipy's order-1
+        zoom does: no matrix product, so no reduced-precision matmul mode (TF32 on
+        GPUs) can change the result."""
+        rows, cols = grid_size
+        if (
+            isinstance(rows, (int, np.integer))
+            and isinstance(cols, (int, np.integer))
+            and (int(rows), int(cols)) == self.grid_size
+        ):
+            return ops.convert_to_tensor(self.pos_embedding)
+        table = ops.convert_to_tensor(self.pos_embedding)
+        prefix = table[:, : self.num_prefix_tokens]
+        grid = ops.reshape(table[0, self.num_prefix_tokens :], (*self.grid_size, -1))
+        grid = _resize_axis(grid, rows, axis=0)
+        grid = _resize_axis(grid, cols, axis=1)
+        grid = ops.reshape(grid, (1, -1, ops.shape(table)[-1]))
+        return ops.concatenate([prefix, grid], axis=1)
 
     def resized(self, grid_size):
         """This layer's embedding (numpy) resized to a new (rows, cols) grid."""
@@ -71,6 +125,49 @@ class PositionEmbedding(keras.layers.Layer):
             }
         )
         return config
+
+
+def _is_shape_pair(input_shape):
+    """Whether `build`'s argument is the shapes of (tokens, patch_map)."""
+    return len(input_shape) == 2 and all(isinstance(s, (tuple, list)) for s in input_shape)
+
+
+def _corner_aligned_sampling(size, source_size):
+    """Where corner-aligned linear interpolation from `source_size` samples to
+    `size` points takes each output point: output index o reads the source
+    coordinate o * (source_size - 1) / (size - 1) (0 for size 1), the mapping of
+    `scipy.ndimage.zoom(order=1)` (its default grid_mode=False).
+
+    Args:
+        size: the output length, a Python int or a scalar int tensor.
+        source_size: the input length, a Python int >= 1.
+    Returns:
+        (low, high, fraction): int32 indices (size,) of the two neighbours
+        (high = min(low + 1, source_size - 1)) and the float32 weight (size,) of
+        `high`. The coordinate is split in exact integer arithmetic (numerator
+        o * (source_size - 1) and denominator size - 1), so `low` is exact and
+        `fraction` is one correctly rounded division.
+    """
+    index = ops.arange(size, dtype="int32")
+    denominator = ops.maximum(ops.convert_to_tensor(size, "int32") - 1, 1)
+    numerator = index * (int(source_size) - 1)
+    low = ops.floor_divide(numerator, denominator)
+    fraction = ops.divide(
+        ops.cast(numerator - low * denominator, "float32"), ops.cast(denominator, "float32")
+    )
+    high = ops.minimum(low + 1, int(source_size) - 1)
+    return low, high, fraction
+
+
+def _resize_axis(values, size, axis):
+    """Corner-aligned linear resize of `values` to `size` along `axis` (0 or 1 of a
+    (rows, cols, D) grid)."""
+    low, high, fraction = _corner_aligned_sampling(size, values.shape[axis])
+    fraction = ops.reshape(ops.cast(fraction, values.dtype), (-1, 1, 1) if axis == 0 else (-1, 1))
+    return (
+        ops.take(values, low, axis=axis) * (1 - fraction)
+        + ops.take(values, high, axis=axis) * fraction
+    )
 
 
 def resize_position_embedding(posemb, old_grid, new_grid, num_prefix_tokens):

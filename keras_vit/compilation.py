@@ -1,0 +1,133 @@
+"""Which compilation `predict` and `fit` use by default: XLA or not.
+
+Keras resolves `jit_compile="auto"` (the default of `compile`, so of `fit`, and what
+`predict` uses on a model that was never compiled) with one rule for every model: always
+XLA under JAX, XLA under TensorFlow only when a GPU/TPU is present, never under a
+tf.distribute strategy. On CPU-only TensorFlow that is not the fastest choice, and
+the faster one depends on the CPU and on the compute dtype. `auto_jit_compile` is the
+rule `VisionTransformer` uses instead, a pure function of the facts it depends on;
+`resolve_auto_jit_compile(model)` gathers those facts for a model.
+
+The measurements it comes from (docs/speed.md, "Which compilation `predict` and
+`fit` use"; ViT inference, images/s, XLA / no XLA):
+
+- AMD EPYC (Zen 3: AVX2/FMA, no AVX-512, no bfloat16 arithmetic), ViT-B/16 batch 8
+  (keras-hub's, the same architecture; keras_vit's `predict` was already XLA): XLA is
+  faster in float32 (3.60 / 1.55) and far faster in bfloat16 (3.70 / 0.78): without
+  hardware bfloat16 dot products TensorFlow's own bfloat16 kernels are slow, XLA
+  computes in float32.
+- Intel Xeon Sapphire Rapids (AVX-512, AVX512-BF16, AMX-BF16), ViT-B/16 batch 8:
+  float32 8.58 / 8.27 (XLA stays), mixed_bfloat16 7.87 / 14.35 (no XLA: 1.8x).
+  TensorFlow's oneDNN kernels compute bfloat16 dot products in hardware (its 2048^2
+  bfloat16 matmul: 1.38 TFLOP/s against 0.34 in float32); XLA's CPU backend does not,
+  so under XLA bfloat16 is even slower than float32.
+
+Hence: no XLA exactly where the compute dtype is bfloat16 and the CPU has bfloat16
+dot-product instructions (`BF16_DOT_FLAGS`); XLA everywhere else on CPU-only
+TensorFlow. Measured on a CPU with both AMX-BF16 and AVX512-BF16; a CPU with
+AVX512-BF16 alone (Cooper Lake, AMD Zen 4) is inferred, not measured: oneDNN's
+bfloat16 dot products there are still at least as fast as its float32 ones, which
+is all no-XLA needs to win (under XLA, bfloat16 runs below float32 speed). float16
+and every unmeasured case keep XLA, the choice measured as the better one on a CPU
+without bfloat16 hardware; so does a CPU whose flags cannot be read (not Linux; ARM): its
+worst measured loss is 1.8x, against 4.7x for the other choice. Training (`fit`)
+uses the same answer (Keras has one `jit_compile` per model); it was measured on
+inference.
+
+Under JAX the rule is Keras' (always XLA); on TensorFlow with a GPU/TPU, under a
+tf.distribute strategy and on other backends it defers to Keras (`None`). A
+`jit_compile=True/False` given to `compile`, or set as `model.jit_compile`, is never
+overridden: this rule only answers "auto".
+
+Stdlib and Keras only; never imports TensorFlow (Keras' own `model_supports_jit`,
+called by `supports_jit`, does under the TensorFlow backend, where it is loaded).
+"""
+
+import keras
+
+# /proc/cpuinfo flags of the instructions that give TensorFlow's oneDNN kernels
+# hardware bfloat16 dot products: AMX tiles (Sapphire Rapids and later) and AVX-512
+# BF16 (Cooper Lake, Sapphire Rapids, AMD Zen 4).
+BF16_DOT_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
+
+CPUINFO = "/proc/cpuinfo"
+
+
+def cpu_flags(path=CPUINFO):
+    """The CPU's instruction-set flags, a frozenset of /proc/cpuinfo names (e.g.
+    'avx2', 'avx512_bf16', 'amx_bf16'), read from the first processor's `flags` line;
+    None where they cannot be read (not Linux, or no `flags` line, as on ARM)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        return None
+    return None
+
+
+def auto_jit_compile(backend, compute_dtype, cpu_flags, accelerator, distributed):
+    """What `jit_compile="auto"` should mean for a model.
+
+    Args:
+        backend: Keras backend name ('tensorflow', 'jax', ...).
+        compute_dtype: the dtype the model's matmuls run in ('float32', 'bfloat16',
+            'float16').
+        cpu_flags: the CPU's flags (`cpu_flags()`), or None if unknown.
+        accelerator: whether a GPU/TPU is present.
+        distributed: whether the model was made under a tf.distribute strategy.
+
+    Returns:
+        True (XLA), False (no XLA), or None: Keras' own choice stands.
+    """
+    if backend == "jax":
+        return True
+    if backend != "tensorflow" or accelerator or distributed:
+        return None
+    if compute_dtype == "bfloat16" and cpu_flags is not None and BF16_DOT_FLAGS & cpu_flags:
+        return False
+    return True
+
+
+def compute_dtype(model):
+    """The dtype a model's matmuls run in: 'bfloat16' or 'float16' where the model or
+    one of its layers computes in it (a mixed policy, given to the model or set
+    globally), otherwise the model's compute dtype."""
+    dtypes = {model.compute_dtype} | {layer.compute_dtype for layer in model.layers}
+    for dtype in ("bfloat16", "float16"):
+        if dtype in dtypes:
+            return dtype
+    return model.compute_dtype
+
+
+def has_accelerator():
+    """Whether Keras sees a GPU or TPU (`keras.distribution.list_devices` lists
+    those first, and only CPUs where there are none)."""
+    return any(not device.lower().startswith("cpu") for device in keras.distribution.list_devices())
+
+
+def supports_jit(model):
+    """Keras' own test of whether `model` can be XLA-compiled (every layer's
+    `supports_jit`, no TensorFlow op determinism, not TensorFlow on a Mac GPU).
+    Keras has no public name for it."""
+    from keras.src.trainers.trainer import model_supports_jit
+
+    return model_supports_jit(model)
+
+
+def resolve_auto_jit_compile(model):
+    """`auto_jit_compile` for `model` on this machine: True/False, or None where
+    Keras' own choice stands. True only where the model supports XLA."""
+    backend = keras.backend.backend()
+    choice = auto_jit_compile(
+        backend,
+        compute_dtype(model),
+        cpu_flags(),
+        accelerator=backend == "tensorflow" and has_accelerator(),
+        distributed=getattr(model, "_distribute_strategy", None) is not None,
+    )
+    if choice:
+        return supports_jit(model)
+    return choice

@@ -1,0 +1,161 @@
+"""The default compilation (`keras_vit.compilation`): the rule behind `jit_compile="auto"`
+with faked CPU flags, and that `VisionTransformer`'s compile/predict use its answer.
+
+Every test fakes the CPU flags (and whether a GPU/TPU is present), so each means the same
+on every machine. For example, `lscpu` on the project's Intel Xeon (Sapphire Rapids) lists,
+among many others: avx2 fma avx512f avx512_bf16 avx512_vnni avx512_fp16 avx_vnni amx_bf16
+amx_tile amx_int8; the project's AMD EPYC (Zen 3) has avx2 and fma but no avx512* or amx*.
+"""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_vit import VisionTransformer, compilation
+
+TF = keras.backend.backend() == "tensorflow"
+SAPPHIRE_RAPIDS = frozenset(
+    "sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16 avx512_fp16 avx_vnni "
+    "amx_bf16 amx_tile amx_int8".split()
+)
+ZEN4 = frozenset("sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16".split())
+SKYLAKE_X = frozenset("sse4_2 avx avx2 fma avx512f avx512bw".split())  # AVX-512, no bf16
+ZEN3 = frozenset("sse4_2 avx avx2 fma".split())
+TINY = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
+
+
+@pytest.mark.parametrize(
+    "backend, dtype, flags, accelerator, distributed, expected",
+    [
+        # CPU-only TensorFlow: no XLA for bfloat16 with hardware bf16 dot products ...
+        ("tensorflow", "bfloat16", SAPPHIRE_RAPIDS, False, False, False),
+        ("tensorflow", "bfloat16", ZEN4, False, False, False),
+        ("tensorflow", "bfloat16", frozenset({"amx_bf16"}), False, False, False),
+        # ... XLA for bfloat16 without them, or when the flags are unknown ...
+        ("tensorflow", "bfloat16", ZEN3, False, False, True),
+        ("tensorflow", "bfloat16", SKYLAKE_X, False, False, True),
+        ("tensorflow", "bfloat16", None, False, False, True),
+        # ... and for float32 / float16 on every CPU.
+        ("tensorflow", "float32", SAPPHIRE_RAPIDS, False, False, True),
+        ("tensorflow", "float32", ZEN3, False, False, True),
+        ("tensorflow", "float32", None, False, False, True),
+        ("tensorflow", "float16", SAPPHIRE_RAPIDS, False, False, True),
+        # JAX: always XLA, as in Keras.
+        ("jax", "bfloat16", SAPPHIRE_RAPIDS, False, False, True),
+        ("jax", "float32", None, True, False, True),
+        # Keras' own choice: TensorFlow with a GPU/TPU, a tf.distribute strategy, torch.
+        ("tensorflow", "bfloat16", SAPPHIRE_RAPIDS, True, False, None),
+        ("tensorflow", "float32", ZEN3, False, True, None),
+        ("tensorflow", "bfloat16", SAPPHIRE_RAPIDS, False, True, None),
+        ("torch", "float32", ZEN3, False, False, None),
+    ],
+)
+def test_rule(backend, dtype, flags, accelerator, distributed, expected):
+    assert compilation.auto_jit_compile(backend, dtype, flags, accelerator, distributed) is expected
+
+
+def test_cpu_flags_reads_the_first_processors_flags_line(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 amx_bf16\n\n"
+        "processor\t: 1\nflags\t\t: fpu\n"
+    )
+    assert compilation.cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "amx_bf16"}
+    arm = tmp_path / "arm"  # aarch64 lists `Features`, not `flags`: unknown
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
+    assert compilation.cpu_flags(str(arm)) is None
+    assert compilation.cpu_flags(str(tmp_path / "missing")) is None
+
+
+def test_has_accelerator_reads_keras_device_list(monkeypatch):
+    monkeypatch.setattr(keras.distribution, "list_devices", lambda: ["gpu:0", "gpu:1"])
+    assert compilation.has_accelerator() is True
+    monkeypatch.setattr(keras.distribution, "list_devices", lambda: ["cpu:0"])
+    assert compilation.has_accelerator() is False
+
+
+def test_compute_dtype_follows_the_policy_given_or_global():
+    assert compilation.compute_dtype(VisionTransformer(**TINY)) == "float32"
+    mixed = VisionTransformer(**TINY, dtype="mixed_bfloat16")
+    assert compilation.compute_dtype(mixed) == "bfloat16"
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        globally_mixed = VisionTransformer(**TINY)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert compilation.compute_dtype(globally_mixed) == "bfloat16"
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Fakes the machine the rule sees: `machine(flags, accelerator=False)`."""
+
+    def fake(flags, accelerator=False):
+        monkeypatch.setattr(compilation, "cpu_flags", lambda: flags)
+        monkeypatch.setattr(compilation, "has_accelerator", lambda: accelerator)
+
+    return fake
+
+
+def test_predict_on_an_uncompiled_model_uses_the_rule(machine):
+    machine(SAPPHIRE_RAPIDS)
+    model = VisionTransformer(**TINY, num_classes=2, dtype="mixed_bfloat16")
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 8, 8, 3)).astype("float32")
+    assert model.predict(images, verbose=0).shape == (2, 2)
+    # `_jit_compile` is what predict resolved and compiled with (the property would
+    # resolve it afresh if predict had not).
+    assert model._jit_compile is (not TF)  # TensorFlow: no XLA; JAX: always XLA
+
+
+def test_compile_auto_uses_the_rule(machine):
+    machine(ZEN3)
+    mixed = VisionTransformer(**TINY, num_classes=2, dtype="mixed_bfloat16")
+    mixed.compile(loss="mse")
+    assert mixed.jit_compile is True  # no bf16 hardware: XLA on both backends
+    machine(SAPPHIRE_RAPIDS)
+    mixed.compile(loss="mse")
+    assert mixed.jit_compile is (not TF)
+    float32 = VisionTransformer(**TINY, num_classes=2)
+    float32.compile(loss="mse")
+    assert float32.jit_compile is True  # Keras alone would say False on CPU-only TF
+
+
+def test_explicit_jit_compile_wins(machine):
+    machine(SAPPHIRE_RAPIDS)  # the rule: no XLA for bfloat16 (TF), XLA for float32
+    mixed = VisionTransformer(**TINY, num_classes=2, dtype="mixed_bfloat16")
+    mixed.compile(loss="mse", jit_compile=True)
+    assert mixed.jit_compile is True
+    float32 = VisionTransformer(**TINY, num_classes=2)
+    float32.compile(loss="mse", jit_compile=False)
+    assert float32.jit_compile is False
+    float32.compile(loss="mse", jit_compile="auto")
+    assert float32.jit_compile is True
+
+
+def test_no_xla_where_the_model_does_not_support_it(machine):
+    machine(ZEN3)
+    model = VisionTransformer(**TINY, num_classes=2)
+    model.get_layer("head").supports_jit = False
+    model.compile(loss="mse")
+    assert model.jit_compile is False
+
+
+def test_with_an_accelerator_keras_decides(machine):
+    machine(ZEN3, accelerator=True)
+    model = VisionTransformer(**TINY, num_classes=2)
+    model.compile(loss="mse")
+    # Keras' own answer: False on CPU-only TensorFlow (its device check), True under JAX.
+    assert model.jit_compile is keras.Model._resolve_auto_jit_compile(model)
+
+
+@pytest.mark.skipif(not TF, reason="tf.distribute strategies are TensorFlow's")
+def test_under_a_tf_distribute_strategy_keras_decides(machine):
+    import tensorflow as tf
+
+    machine(ZEN3)
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        model = VisionTransformer(**TINY, num_classes=2)
+        model.compile(loss="mse")
+    assert compilation.resolve_auto_jit_compile(model) is None
+    assert model.jit_compile is False  # Keras: no XLA under tf.distribute
