@@ -29,7 +29,7 @@ def test_std_conv_matches_numpy(rng, size, kernel, stride):
     layer.kernel.assign(w)
     y = _np(layer(x))
     expected, bound = fb.std_conv(x.astype(np.float64), np.zeros(x.shape), w, stride)
-    assert y.shape == expected.shape == layer.compute_output_shape(x.shape)
+    assert y.shape == expected.shape
     fb.assert_within(y, expected, bound, "StdConv2D")
 
 
@@ -147,7 +147,7 @@ def test_unit_matches_numpy(rng, size, stride, in_channels):
     value, bound = fb.unit(x.astype(np.float64), np.zeros(x.shape), p64, "u", features, stride)
     np.testing.assert_allclose(value, expected, rtol=1e-12, atol=1e-12)  # the same function
     y = _np(unit(x))
-    assert y.shape == expected.shape == unit.compute_output_shape(x.shape)
+    assert y.shape == expected.shape
     fb.assert_within(y, expected, bound, "BottleneckUnit")
 
 
@@ -173,36 +173,15 @@ def test_stem_and_stage_match_numpy(rng, size):
         _load_unit(unit, params, f"block2/unit{u}")
     p64 = {k: np.asarray(v, np.float64) for k, v in params.items()}
     y_stem = _np(stem(x))
-    assert y_stem.shape == expected[0].shape == stem.compute_output_shape(x.shape)
+    assert y_stem.shape == expected[0].shape
     value, bound = fb.stem(x.astype(np.float64), np.zeros(x.shape), p64)
     np.testing.assert_allclose(value, expected[0], rtol=1e-12, atol=1e-12)
     fb.assert_within(y_stem, expected[0], bound, "ResNetStem")
     # block2 on the reference's block1 output (block1 is covered by the unit test).
     block1 = expected[1].astype(np.float32)
     y = _np(stage(block1))
-    assert y.shape == expected[2].shape == stage.compute_output_shape(block1.shape)
+    assert y.shape == expected[2].shape
     value, bound = block1.astype(np.float64), np.zeros(block1.shape)
     for u in range(1, 3):
         value, bound = fb.unit(value, bound, p64, f"block2/unit{u}", 128, 2 if u == 1 else 1)
     fb.assert_within(y, value, bound, "ResNetStage")
-
-
-@pytest.mark.parametrize(
-    "layer",
-    [
-        StdConv2D(8, 3, strides=2, name="c"),
-        ResNetStem(32, name="root"),
-        BottleneckUnit(32, strides=2, name="unit1"),
-        ResNetStage(2, 32, first_stride=2, name="b"),
-    ],
-)
-def test_layer_config_round_trip(rng, layer):
-    x = rng.standard_normal((1, 9, 10, 32)).astype(np.float32)
-    y = _np(layer(x))
-    clone = layer.__class__.from_config(layer.get_config())
-    clone.build(x.shape)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_array_equal(_np(clone(x)), y)
-    assert [w.path.split("/")[-2:] for w in clone.weights] == [
-        w.path.split("/")[-2:] for w in layer.weights
-    ]

@@ -91,13 +91,12 @@ def test_jax_backend_matches_tensorflow(tmp_path, rng):
     np.testing.assert_allclose(np.load(att), model.attention_weights(x)[1], atol=1e-5, rtol=0)
 
 
-def test_mixed_policy_reaches_every_encoder_layer_and_head_is_float32(rng):
+def test_mixed_policy_keeps_the_head_float32(rng):
+    # The policy reaching every layer inside the encoder: tests/test_layer_conformance.py.
     model = keras_vit.VisionTransformer(
         **SMALL_KW, image_size=16, num_classes=2, dtype="mixed_bfloat16"
     )
-    encoder = model.get_layer("Transformer")
-    for layer in (encoder.position_embedding, encoder.blocks[0], encoder.encoder_norm):
-        assert layer.compute_dtype == "bfloat16", layer.name
     assert model.get_layer("head").compute_dtype == "float32"
     x = rng.uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    model.jit_compile = False  # pinned: "auto" for bfloat16 depends on the CPU
     assert model.predict(x, verbose=0).dtype == np.float32

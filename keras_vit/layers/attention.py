@@ -145,6 +145,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         context = ops.matmul(dropped, ops.transpose(value, (0, 2, 1, 3)))
         return ops.transpose(context, (0, 2, 1, 3)), weights
 
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def compute_output_spec(self, x, training=None, return_attention_weights=False):
+        """The output's KerasTensor and, with `return_attention_weights`, the weights'
+        (batch, heads, tokens, tokens); `compute_output_shape` alone cannot see the flag."""
+        output = keras.KerasTensor(self.compute_output_shape(x.shape), dtype=self.compute_dtype)
+        if not return_attention_weights:
+            return output
+        batch, tokens = x.shape[:2]
+        weights = keras.KerasTensor((batch, self.num_heads, tokens, tokens), self.compute_dtype)
+        return output, weights
+
     def get_config(self):
         config = super().get_config()
         config.update(

@@ -82,6 +82,15 @@ class EncoderBlock(keras.layers.Layer):
             return x, weights
         return x
 
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def compute_output_spec(self, x, training=None, return_attention_weights=False):
+        """As the attention's: the block keeps the shape and passes its weights on."""
+        return self.attention.compute_output_spec(
+            x, return_attention_weights=return_attention_weights
+        )
+
     def get_config(self):
         config = super().get_config()
         config.update(
