@@ -1,11 +1,14 @@
-"""absl flags shared by tools/export_savedmodel.py and tools/export_tflite.py:
-which model to export."""
+"""absl flags shared by tools/export_savedmodel.py, tools/export_tflite.py and
+tools/export_onnx.py (and tools/visualize.py, tools/fewshot.py): which model to
+export, and, for the export tools, what it should output."""
 
 from absl import app, flags
 
+import keras_vit
 from deploy import sources
 
 FLAGS = flags.FLAGS
+POOLINGS = ("none", "token", "avg", "max")  # --pooling (keras_vit's, None as 'none')
 
 
 def define_model_flags():
@@ -16,8 +19,9 @@ def define_model_flags():
     flags.DEFINE_string(
         "weights",
         None,
-        "With --model: a registry name (imagenet21k, "
-        "augreg, ...) or a .npz/.keras/.weights.h5 path.",
+        "With --model: a registry name (imagenet21k, augreg, ...), augreg:<AugReg file "
+        "name>, an https:// or gs:// URL of an official .npz, or a .npz/.keras/.weights.h5 "
+        "path.",
     )
     flags.DEFINE_integer(
         "num_classes", None, "With --model: head width (default: the checkpoint's)."
@@ -27,11 +31,72 @@ def define_model_flags():
     )
 
 
+def define_output_flags():
+    """What the exported model outputs and takes, changed from the model's own:
+    the model is rebuilt with them and its weights carried over
+    (`keras_vit.checkpoint.assign_params`: RGB input weights adapted to other
+    channel counts, an unused head dropped)."""
+    flags.DEFINE_integer(
+        "channels",
+        None,
+        "Input channels (default: the model's); RGB weights are adapted (1: summed over RGB).",
+    )
+    flags.DEFINE_bool(
+        "include_top",
+        None,
+        "False: export the headless model (features, or a feature map with --pooling=none).",
+    )
+    flags.DEFINE_enum(
+        "pooling",
+        None,
+        POOLINGS,
+        "With --noinclude_top: none (the patch-token feature map), token, avg or max "
+        "(a feature vector); default: the model's representation.",
+    )
+    flags.DEFINE_string(
+        "classifier_activation",
+        None,
+        "A Keras activation on the head (e.g. softmax: the model's own probabilities).",
+    )
+
+
+def _overrides():
+    """The output flags that were given, as VisionTransformer arguments."""
+    if "channels" not in FLAGS:  # a tool without define_output_flags
+        return {}
+    overrides = {}
+    if FLAGS.channels is not None:
+        overrides["channels"] = FLAGS.channels
+    if FLAGS.include_top is not None:
+        overrides["include_top"] = FLAGS.include_top
+    if FLAGS.pooling is not None:
+        overrides["pooling"] = None if FLAGS.pooling == "none" else FLAGS.pooling
+    if FLAGS.classifier_activation is not None:
+        overrides["classifier_activation"] = FLAGS.classifier_activation
+    return overrides
+
+
+def with_outputs(model, **overrides):
+    """`model` rebuilt from its config with `overrides` (channels, include_top,
+    pooling, classifier_activation) and its weights: the model itself when there
+    are none."""
+    if not overrides:
+        return model
+    if "pooling" in overrides and overrides.get("include_top", model.include_top):
+        raise ValueError("--pooling applies to a headless model: add --noinclude_top.")
+    rebuilt = type(model).from_config({**model.get_config(), **overrides})
+    keras_vit.checkpoint.assign_params(
+        rebuilt, keras_vit.checkpoint.model_params(model), f"model '{model.name}'"
+    )
+    return rebuilt
+
+
 def model_from_flags():
     """The Keras model the flags name."""
-    return sources.load_model(
+    model = sources.load_model(
         FLAGS.run_dir, FLAGS.model, FLAGS.weights, FLAGS.num_classes, FLAGS.image_size
     )
+    return with_outputs(model, **_overrides())
 
 
 def check_command_line(argv, output_form):

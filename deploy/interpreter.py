@@ -24,7 +24,9 @@ def make_interpreter(content, num_threads=None):
 
 
 class TFLiteClassifier:
-    """A converted classifier (tflite.convert_*): one image per invoke.
+    """A converted model (tflite.convert_*): one image per invoke. Its output is
+    the file's one output: probabilities (or scores) of a classifier, features or
+    a feature map (`deploy/serving.py`).
 
     Args:
         content: the .tflite file's bytes.
@@ -37,9 +39,17 @@ class TFLiteClassifier:
         self.input = self.interpreter.get_input_details()[0]
         self.output = self.interpreter.get_output_details()[0]
         self.image_size = tuple(int(s) for s in self.input["shape"][1:3])
+        self.channels = int(self.input["shape"][3])
+        outputs = [
+            name
+            for signature in self.interpreter.get_signature_list().values()
+            for name in signature["outputs"]
+        ]
+        # What the file returns ('probabilities', 'features', ...), from its signature.
+        self.output_name = outputs[0] if len(outputs) == 1 else None
 
     def _set_input(self, pixels):
-        """pixels: (1, H, W, 3) in [0, 255] -> the input tensor, quantised when
+        """pixels: (1, H, W, C) in [0, 255] -> the input tensor, quantised when
         the file takes integers (int8 files take uint8 pixels)."""
         dtype = self.input["dtype"]
         scale, zero_point = self.input["quantization"]
@@ -59,12 +69,13 @@ class TFLiteClassifier:
         return values.astype(np.float32)
 
     def predict(self, pixels):
-        """pixels: uint8 (N, H, W, 3) -> probabilities (N, K) float32."""
+        """pixels: uint8 (N, H, W, C) -> the output (N, ...) float32: probabilities
+        (N, K) for a classifier."""
         pixels = np.asarray(pixels)
-        if pixels.ndim != 4 or tuple(pixels.shape[1:]) != (*self.image_size, 3):
+        if pixels.ndim != 4 or tuple(pixels.shape[1:]) != (*self.image_size, self.channels):
             raise ValueError(
                 f"pixels must be (N, {self.image_size[0]}, {self.image_size[1]}"
-                f", 3) for this file, got {pixels.shape}."
+                f", {self.channels}) for this file, got {pixels.shape}."
             )
         rows = []
         for image in pixels:
@@ -75,7 +86,7 @@ class TFLiteClassifier:
 
     def latency_ms(self, pixels, repeats=200, warmup=20):
         """Median and mean milliseconds per invoke (batch 1) over `repeats`
-        invokes cycling through `pixels` (N, H, W, 3), after `warmup`."""
+        invokes cycling through `pixels` (N, H, W, C), after `warmup`."""
         times = []
         for i in range(warmup + repeats):
             self._set_input(pixels[i % len(pixels)][None])

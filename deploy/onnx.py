@@ -1,15 +1,19 @@
-"""ONNX export of a keras_vit classifier through Keras' own exporter
+"""ONNX export of a keras_vit model through Keras' own exporter
 (`keras.Model.export(path, format="onnx")`: tf2onnx under the TensorFlow backend),
 run with onnxruntime and checked against the Keras model.
 
-The file takes `images` (1, H, W, 3), or (batch, H, W, 3) with a dynamic batch
-axis, float32 pixels in [0, 255], and returns `logits` (B, K) and
-`probabilities` (B, K) float32 (softmax of the logits). Scaling to [-1, 1]
-((x / 127.5) - 1, as deploy/preprocessing.py) happens inside the file, as in the
-SavedModel and the TFLite files. Our code only prepares the Keras model that is
-exported (rebuilt at the precision asked with the same weights, behind the
-scaling, with the two outputs, called once) and checks the file that Keras
-writes: onnxruntime must load it and follow the prepared model on probe images.
+The file takes `images` (1, H, W, C), or (batch, H, W, C) with a dynamic batch
+axis, float32 pixels in [0, 255], and returns what the model computes, named as
+in the SavedModel (`deploy/serving.py`, `output_names`): a classifier ending in
+logits `logits` (B, K) and `probabilities` (B, K) float32 (their softmax); one
+with `classifier_activation='softmax'` its `probabilities` (no second softmax),
+with another activation its `scores`; a headless model `features` (B, D) or
+`feature_map` (B, rows, cols, D). Scaling to [-1, 1] ((x / 127.5) - 1, as
+deploy/preprocessing.py) happens inside the file, as in the SavedModel and the
+TFLite files. Our code only prepares the Keras model that is exported (rebuilt
+at the precision asked with the same weights, behind the scaling, with those
+outputs, called once) and checks the file that Keras writes: onnxruntime must
+load it and follow the prepared model on probe images.
 
 Precisions: 'float32'; 'float16': the model rebuilt under Keras' 'mixed_float16'
 policy (float16 weights and matmuls; LayerNorm, softmax and the head in float32,
@@ -28,23 +32,25 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from deploy import require_tensorflow_backend, sources
+from deploy import require_tensorflow_backend, serving
 from deploy.preprocessing import scale_pixels
 
 PRECISIONS = ("float32", "float16")
 # The Keras dtype policy each precision is exported under.
 POLICIES = {"float32": "float32", "float16": "mixed_float16"}
 INPUT_NAME = "images"
-OUTPUT_NAMES = ("logits", "probabilities")
+OUTPUT_NAMES = ("logits", "probabilities")  # a classifier ending in logits (`output_names`)
 REQUIRED = ("onnx", "onnxruntime", "tf2onnx")
 INSTALL_COMMAND = "pip install -e '.[onnx]'"
 RUNTIME = "onnxruntime"
-# The check after export: max |delta probability| between onnxruntime and the
-# prepared Keras model on the probe images. Not a precision target (the report and
-# tests/test_export_onnx.py measure that): a conversion that computes something
-# else (a dropped op, a wrong constant) is off by far more. float32 runs the same
-# arithmetic in another order (~1e-6 on these probabilities); float16 rounds
-# activations to 11 bits in both runtimes, independently.
+# The check after export: max |delta| of the main output between onnxruntime and
+# the prepared Keras model on the probe images, relative to the output's scale
+# max(1, max |value|) (1 for probabilities; features after the final LayerNorm are
+# O(1) to O(10)). Not a precision target (the report and tests/test_export_onnx.py
+# measure that): a conversion that computes something else (a dropped op, a wrong
+# constant) is off by far more. float32 runs the same arithmetic in another order
+# (~1e-6 on these probabilities); float16 rounds activations to 11 bits in both
+# runtimes, independently.
 CHECK_BOUNDS = {"float32": 1e-4, "float16": 5e-2}
 _STANDARD_DOMAINS = ("", "ai.onnx")
 
@@ -78,28 +84,16 @@ def versions():
     }
 
 
-def _image_size(model):
-    """(H, W) of a model that takes (batch, H, W, 3); ExportError otherwise."""
-    shape = tuple(model.inputs[0].shape[1:]) if getattr(model, "inputs", None) else ()
-    if len(shape) != 3 or shape[-1] != 3:
-        raise ExportError(
-            f"model '{model.name}' takes inputs of shape (batch, "
-            f"{', '.join(map(str, shape))}); the ONNX file takes RGB images "
-            "(batch, H, W, 3)."
-        )
-    if shape[0] is None or shape[1] is None:
-        raise ExportError(
-            f"model '{model.name}' has a dynamic image size {shape[:2]}; the "
-            "ONNX file is exported at one fixed H x W (build the model with "
-            "image_size=...)."
-        )
-    return int(shape[0]), int(shape[1])
-
-
-def _check_exportable(model, precision):
+def _outputs(model, precision="float32"):
+    """`serving.model_outputs` of an exportable model; ExportError otherwise."""
     if precision not in PRECISIONS:
         raise ExportError(f"precision={precision!r}: expected one of {', '.join(PRECISIONS)}.")
-    sources.require_logits(model, "the exported file", ExportError)
+    return serving.model_outputs(model, "the ONNX file", ExportError)
+
+
+def output_names(spec):
+    """The ONNX file's outputs for `serving.ModelOutputs` `spec`, in order."""
+    return OUTPUT_NAMES if spec.softmax else (spec.name,)
 
 
 def at_policy(model, policy):
@@ -121,47 +115,55 @@ def at_policy(model, policy):
 
 def prepare(model, precision="float32", dynamic_batch=False):
     """The Keras model that is exported: `model` at `precision`'s policy behind
-    the pixel scaling, with outputs {'logits', 'probabilities'}, called once
-    (Keras' exporter refuses a model that has never run)."""
+    the pixel scaling, with the outputs `output_names` lists ({'logits',
+    'probabilities'} for a classifier ending in logits), called once (Keras'
+    exporter refuses a model that has never run)."""
     require_tensorflow_backend()
-    _check_exportable(model, precision)
-    height, width = _image_size(model)
-    classifier = at_policy(model, POLICIES[precision])
+    spec = _outputs(model, precision)
+    source = at_policy(model, POLICIES[precision])
     images = keras.Input(
-        (height, width, 3),
+        (*spec.image_size, spec.channels),
         batch_size=None if dynamic_batch else 1,
         name=INPUT_NAME,
         dtype="float32",
     )
-    scaled = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="scale_pixels", dtype="float32")(
-        images
+    # The file's outputs are named by the dict's keys; the layers get a prefix so
+    # that none can clash with the wrapped model's own name.
+    scaled = keras.layers.Rescaling(
+        1 / 127.5, offset=-1.0, name="onnx_scale_pixels", dtype="float32"
+    )(images)
+    first = output_names(spec)[0]
+    value = keras.layers.Activation("linear", name=f"onnx_{first}", dtype="float32")(
+        source(scaled, training=False)
     )
-    logits = keras.layers.Activation("linear", name="logits", dtype="float32")(
-        classifier(scaled, training=False)
-    )
-    probabilities = keras.layers.Softmax(name="probabilities", dtype="float32")(logits)
-    prepared = keras.Model(
-        images, {"logits": logits, "probabilities": probabilities}, name=f"{model.name}_onnx"
-    )
-    prepared(np.zeros((1, height, width, 3), np.float32), training=False)
+    outputs = {first: value}
+    if spec.softmax:
+        outputs["probabilities"] = keras.layers.Softmax(name="onnx_probabilities", dtype="float32")(
+            value
+        )
+    prepared = keras.Model(images, outputs, name=f"{model.name}_onnx")
+    prepared(np.zeros((1, *spec.image_size, spec.channels), np.float32), training=False)
     return prepared
 
 
-def probe_pixels(image_size, count=4, seed=0):
-    """Deterministic float32 pixels (count, H, W, 3) in [0, 255] for the check:
+def probe_pixels(image_size, count=4, seed=0, channels=3):
+    """Deterministic float32 pixels (count, H, W, C) in [0, 255] for the check:
     black, white and uniform noise."""
-    noise = np.random.default_rng(seed).uniform(0, 255, (max(count - 2, 0), *image_size, 3))
-    return np.concatenate(
-        [np.zeros((1, *image_size, 3)), np.full((1, *image_size, 3), 255.0), noise]
-    )[:count].astype(np.float32)
+    shape = (*image_size, channels)
+    noise = np.random.default_rng(seed).uniform(0, 255, (max(count - 2, 0), *shape))
+    return np.concatenate([np.zeros((1, *shape)), np.full((1, *shape), 255.0), noise])[
+        :count
+    ].astype(np.float32)
 
 
 def export_keras_model(model, path, precision="float32", dynamic_batch=False, opset=None):
-    """Writes `model` (a keras_vit classifier) to the ONNX file `path` and checks it.
+    """Writes `model` (a keras_vit model) to the ONNX file `path` and checks it.
 
     Args:
-        model: a Keras classifier taking (batch, H, W, 3) images in [-1, 1] and
-            returning logits (batch, K).
+        model: a Keras model taking (batch, H, W, C) images in [-1, 1] at a fixed
+            size and returning logits, probabilities or scores (batch, K),
+            features (batch, D) or a feature map (batch, rows, cols, D)
+            (`serving.model_outputs`).
         path: the .onnx file to write.
         precision: one of PRECISIONS.
         dynamic_batch: a dynamic batch axis (else batch 1, as the TFLite files).
@@ -172,8 +174,12 @@ def export_keras_model(model, path, precision="float32", dynamic_batch=False, op
     """
     modules = require_packages()
     prepared = prepare(model, precision, dynamic_batch)
-    height, width = _image_size(model)
-    spec = tf.TensorSpec([None if dynamic_batch else 1, height, width, 3], tf.float32, INPUT_NAME)
+    outputs = _outputs(model, precision)
+    spec = tf.TensorSpec(
+        [None if dynamic_batch else 1, *outputs.image_size, outputs.channels],
+        tf.float32,
+        INPUT_NAME,
+    )
     with warnings.catch_warnings():  # Keras' numpy-2 patch of tf2onnx touches np.object
         warnings.simplefilter("ignore", FutureWarning)
         try:
@@ -191,32 +197,34 @@ def export_keras_model(model, path, precision="float32", dynamic_batch=False, op
 def check_file(path, prepared, precision="float32", dynamic_batch=False):
     """Loads the ONNX file with onnxruntime and compares it with the Keras model
     it was exported from (`prepare(...)`) on `probe_pixels`; ExportError unless
-    the input, the outputs and the probabilities are as expected."""
+    the input, the outputs and the main output's values are as expected."""
     classifier = ONNXClassifier(path)
     height, width = classifier.image_size
-    expected_shape = [None if dynamic_batch else 1, height, width, 3]
+    channels = int(prepared.inputs[0].shape[-1])
+    expected_shape = [None if dynamic_batch else 1, height, width, channels]
     if classifier.input["shape"] != expected_shape or classifier.input["dtype"] != "float32":
         raise ExportError(
             f"{path}: input {classifier.input}, expected {INPUT_NAME} float32 {expected_shape}."
         )
-    if tuple(classifier.output_names) != OUTPUT_NAMES:
-        raise ExportError(
-            f"{path}: outputs {classifier.output_names}, expected {list(OUTPUT_NAMES)}."
-        )
-    pixels = probe_pixels((height, width))
+    expected_names = sorted(prepared.output)  # the output dict's keys
+    if sorted(classifier.output_names) != expected_names:
+        raise ExportError(f"{path}: outputs {classifier.output_names}, expected {expected_names}.")
+    main = classifier.main_output
+    pixels = probe_pixels((height, width), channels=channels)
     expected = np.concatenate(
         [
-            keras.ops.convert_to_numpy(prepared(pixels[i : i + 1], training=False)["probabilities"])
+            keras.ops.convert_to_numpy(prepared(pixels[i : i + 1], training=False)[main])
             for i in range(len(pixels))
         ]
     )
-    produced = classifier.predict(pixels)
+    produced = classifier.run(pixels, main)
     delta = float(np.abs(produced - expected).max())
-    if not np.isfinite(produced).all() or not delta <= CHECK_BOUNDS[precision]:
+    bound = CHECK_BOUNDS[precision] * max(1.0, float(np.abs(expected).max()))
+    if not np.isfinite(produced).all() or not delta <= bound:
         raise ExportError(
-            f"{path}: onnxruntime's probabilities differ from the Keras model's "
+            f"{path}: onnxruntime's {main} differ from the Keras model's "
             f"by {delta:.3g} on the probe images (at most "
-            f"{CHECK_BOUNDS[precision]:g} expected at {precision}): the "
+            f"{bound:.3g} expected at {precision}): the "
             "conversion does not compute the model."
         )
     return {
@@ -225,8 +233,9 @@ def check_file(path, prepared, precision="float32", dynamic_batch=False):
         "opset": opset_of(path),
         "check": {
             "probe_images": len(pixels),
-            "max_abs_delta_probability": delta,
-            "bound": CHECK_BOUNDS[precision],
+            "output": main,
+            "max_abs_delta": delta,
+            "bound": bound,
         },
     }
 
@@ -278,7 +287,9 @@ def _dimension(dim):
 
 
 class ONNXClassifier:
-    """An exported classifier run by onnxruntime's CPU provider.
+    """An exported model run by onnxruntime's CPU provider. Its `main_output` is
+    the first of `serving.OUTPUT_NAMES` the file has (`probabilities` for a
+    classifier ending in logits, whose file also has `logits`).
 
     Args:
         path: the .onnx file.
@@ -307,19 +318,28 @@ class ONNXClassifier:
         }
         self.output_names = [output.name for output in self.session.get_outputs()]
         if len(shape) != 4 or None in shape[1:]:
-            raise ExportError(f"{path}: input shape {shape}, expected (batch, H, W, 3).")
+            raise ExportError(f"{path}: input shape {shape}, expected (batch, H, W, C).")
+        main = [name for name in serving.OUTPUT_NAMES if name in self.output_names]
+        if not main:
+            raise ExportError(
+                f"{path}: outputs {self.output_names}, none of {list(serving.OUTPUT_NAMES)}."
+            )
+        self.main_output = main[0]
         self.image_size = (shape[1], shape[2])
+        self.channels = shape[3]
         self.batch_size = shape[0]  # None: dynamic
 
-    def run(self, pixels, output="probabilities"):
-        """float (N, H, W, 3) pixels in [0, 255] -> `output` (N, K) float32, in
-        batches the file accepts (one image at a time for a batch-1 file)."""
+    def run(self, pixels, output=None):
+        """float (N, H, W, C) pixels in [0, 255] -> `output` (N, ...) float32 (the
+        main output by default), in batches the file accepts (one image at a time
+        for a batch-1 file)."""
         pixels = np.asarray(pixels, np.float32)
-        if pixels.ndim != 4 or tuple(pixels.shape[1:]) != (*self.image_size, 3):
+        if pixels.ndim != 4 or tuple(pixels.shape[1:]) != (*self.image_size, self.channels):
             raise ValueError(
                 f"pixels must be (N, {self.image_size[0]}, {self.image_size[1]}"
-                f", 3) for this file, got {pixels.shape}."
+                f", {self.channels}) for this file, got {pixels.shape}."
             )
+        output = output or self.main_output
         step = self.batch_size or 100
         return np.concatenate(
             [
@@ -329,19 +349,23 @@ class ONNXClassifier:
         ).astype(np.float32)
 
     def predict(self, pixels):
-        """pixels (N, H, W, 3) in [0, 255] -> probabilities (N, K) float32."""
-        return self.run(pixels, "probabilities")
+        """pixels (N, H, W, C) in [0, 255] -> the main output (N, ...) float32:
+        probabilities (N, K) for a classifier."""
+        return self.run(pixels)
 
     def logits(self, pixels):
-        """pixels (N, H, W, 3) in [0, 255] -> logits (N, K) float32."""
+        """pixels (N, H, W, C) in [0, 255] -> logits (N, K) float32 (a classifier
+        ending in logits)."""
         return self.run(pixels, "logits")
 
     def latency_ms(self, pixels, repeats=200, warmup=20):
         """Median and mean milliseconds per run at batch 1 over `repeats` runs
-        cycling through `pixels` (N, H, W, 3), after `warmup`."""
+        cycling through `pixels` (N, H, W, C), after `warmup`."""
         feeds = [{self.input["name"]: np.asarray(image[None], np.float32)} for image in pixels]
         return _time(
-            lambda i: self.session.run(["probabilities"], feeds[i % len(feeds)]), repeats, warmup
+            lambda i: self.session.run([self.main_output], feeds[i % len(feeds)]),
+            repeats,
+            warmup,
         )
 
 
@@ -370,7 +394,7 @@ def keras_forward(model):
 
 def keras_latency_ms(model, pixels, repeats=200, warmup=20, forward=None):
     """The Keras model's milliseconds per image at batch 1 (`keras_forward`,
-    under TensorFlow's default thread pools) over `pixels` (N, H, W, 3) in
+    under TensorFlow's default thread pools) over `pixels` (N, H, W, C) in
     [0, 255]; `forward`: a `keras_forward(model)` to reuse."""
     forward = forward or keras_forward(model)
     inputs = [tf.constant(np.asarray(image[None], np.float32)) for image in pixels]
@@ -395,14 +419,16 @@ def build_report(
     extra=None,
 ):
     """The report dict of the ONNX file `path` against `reference` (uint8 pixels
-    -> probabilities, e.g. deploy/report.keras_reference) on `pixels`
-    (N, H, W, 3) uint8: export_tflite's report with ONNX's ops, and the Keras
+    -> the file's main output, e.g. deploy/report.keras_reference) on `pixels`
+    (N, H, W, C) uint8: export_tflite's report with ONNX's ops, and the Keras
     model's latency beside onnxruntime's when `keras_model` is given."""
     from deploy import report as report_lib
 
     counts = operator_counts(path)
     classifier = ONNXClassifier(path)
-    comparison = report_lib.compare(reference(pixels), classifier.predict(pixels), labels)
+    comparison = report_lib.compare(
+        reference(pixels), classifier.predict(pixels), labels, classifier.main_output
+    )
     if "tflite_accuracy" in comparison:  # compare() names the candidate after TFLite
         comparison["onnx_accuracy"] = comparison.pop("tflite_accuracy")
     report = {

@@ -2,16 +2,57 @@
 scaling images as the trainer's eval pipeline does (trainers/input_pipeline.py:
 decode, grayscale -> RGB, bilinear `tf.image.resize`, (x - 127.5) / 127.5).
 
+Images are brought to the model's channel count C: for C = 3, grayscale is
+repeated to RGB; for C = 1 (a grey model, e.g. RGB weights adapted with
+`input_shape=(H, W, 1)`), RGB becomes its luma (ITU-R BT.601: 0.299 R + 0.587 G +
+0.114 B, weights that add up to 1, so a grey image stored as RGB is itself);
+other C take images of exactly C channels (a 4-channel PNG for C = 4).
+
 Bad input fails the request with an `InvalidArgumentError` whose message names
 the signature, the problem and the batch index.
 """
 
+import numpy as np
 import tensorflow as tf
 
 # Leading bytes of the formats tf.io.decode_image reads.
 _MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
 ENCODED_KEY = "image/encoded"
 LABEL_KEY = "image/class/label"
+LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 weights of R, G, B (sum 1)
+
+
+class ChannelError(ValueError):
+    """Pixels whose channel count the model cannot take; the message says where."""
+
+
+def accepted_channels(channels):
+    """The image channel counts that a model of `channels` input channels takes."""
+    return (1, 3) if channels in (1, 3) else (channels,)
+
+
+def _describe(channels):
+    return {1: "1 (grayscale)", 3: "3 (RGB)"}.get(channels, str(channels))
+
+
+def match_channels(pixels, channels, where="images"):
+    """uint8 (N, H, W, c) pixels (numpy) -> (N, H, W, `channels`) as the serving
+    signature brings them: grey repeated to RGB, RGB to its luma (rounded back to
+    uint8, exact for grey stored as RGB), otherwise c must be `channels`.
+    Raises ChannelError naming `where` and both counts."""
+    pixels = np.asarray(pixels)
+    have = pixels.shape[-1]
+    if have == channels:
+        return pixels
+    if have not in accepted_channels(channels):
+        raise ChannelError(
+            f"{where}: {have}-channel images; the model takes "
+            f"{' or '.join(_describe(c) for c in accepted_channels(channels))}."
+        )
+    if channels == 3:
+        return np.repeat(pixels, 3, axis=-1)
+    luma = np.tensordot(pixels.astype(np.float64), np.asarray(LUMA), axes=([-1], [0]))
+    return np.clip(np.round(luma), 0, 255).astype(pixels.dtype)[..., None]
 
 
 def scale_pixels(pixels):
@@ -26,11 +67,11 @@ def assert_not_empty(batch, signature):
     )
 
 
-def assert_pixel_shape(pixels, image_size, signature):
-    """An op that fails unless `pixels` is (B, H, W, 3) for `image_size` (H, W).
-    The signature's input spec already says so, but TF Serving and a restored
-    signature may pass other shapes through to the graph."""
-    expected = tf.constant([*image_size, 3])
+def assert_pixel_shape(pixels, image_size, signature, channels=3):
+    """An op that fails unless `pixels` is (B, H, W, C) for `image_size` (H, W) and
+    `channels` C. The signature's input spec already says so, but TF Serving and
+    a restored signature may pass other shapes through to the graph."""
+    expected = tf.constant([*image_size, channels])
     shape = tf.shape(pixels)
     return tf.debugging.Assert(
         tf.logical_and(
@@ -38,8 +79,8 @@ def assert_pixel_shape(pixels, image_size, signature):
             tf.reduce_all(tf.equal(tf.concat([shape, [0, 0, 0, 0]], 0)[1:4], expected)),
         ),
         [
-            f"{signature}: images must be (batch, {image_size[0]}, {image_size[1]}, 3) pixels;"
-            " got shape",
+            f"{signature}: images must be (batch, {image_size[0]}, {image_size[1]}, "
+            f"{channels}) pixels; got shape",
             shape,
         ],
         summarize=8,
@@ -62,11 +103,12 @@ def _has_image_magic(encoded):
     )
 
 
-def decode_one(encoded, index, image_size, signature):
-    """One encoded image -> float32 (height, width, 3) pixels in [0, 255].
+def decode_one(encoded, index, image_size, signature, channels=3):
+    """One encoded image -> float32 (height, width, `channels`) pixels in [0, 255].
 
     Fails naming `index` when the bytes are not a JPEG/PNG/GIF/BMP image or the
-    image has a channel count other than 1 (grayscale, repeated to RGB) or 3.
+    image has a channel count the model does not take (`accepted_channels`:
+    1 or 3 for a grey or RGB model, brought to its count; else exactly C).
     """
     is_image = tf.debugging.Assert(
         _has_image_magic(encoded),
@@ -80,32 +122,41 @@ def decode_one(encoded, index, image_size, signature):
     )
     with tf.control_dependencies([is_image]):
         image = tf.io.decode_image(encoded, channels=0, expand_animations=False)
-    channels = tf.shape(image)[-1]
-    is_rgb = tf.debugging.Assert(
-        tf.logical_or(tf.equal(channels, 1), tf.equal(channels, 3)),
+    have = tf.shape(image)[-1]
+    accepted = accepted_channels(channels)
+    is_accepted = tf.debugging.Assert(
+        tf.reduce_any(tf.equal(have, accepted)),
         [
             f"{signature}: the image at batch index",
             index,
             "has",
-            channels,
-            "channels; expected 1 (grayscale) or 3 (RGB)",
+            have,
+            f"channels; expected {' or '.join(_describe(c) for c in accepted)}",
         ],
     )
-    with tf.control_dependencies([is_rgb]):
-        image = tf.tile(image, [1, 1, 3 // channels])
-    image = tf.ensure_shape(image, [None, None, 3])
+    with tf.control_dependencies([is_accepted]):
+        image = tf.cast(image, tf.float32)
+    if channels == 3:
+        image = tf.tile(image, [1, 1, 3 // have])
+    elif channels == 1:
+        image = tf.cond(
+            tf.equal(have, 3),
+            lambda: tf.tensordot(image, tf.constant(LUMA, tf.float32), [[2], [0]])[..., None],
+            lambda: image,
+        )
+    image = tf.ensure_shape(image, [None, None, channels])
     return tf.image.resize(image, image_size)
 
 
-def decode_images(encoded, image_size, signature):
-    """A batch of encoded images (B,) tf.string -> float32 (B, H, W, 3) pixels
-    in [0, 255] at `image_size` (H, W); fails on an empty batch."""
+def decode_images(encoded, image_size, signature, channels=3):
+    """A batch of encoded images (B,) tf.string -> float32 (B, H, W, C) pixels
+    in [0, 255] at `image_size` (H, W) and `channels` C; fails on an empty batch."""
     with tf.control_dependencies([assert_not_empty(encoded, signature)]):
         indices = tf.range(tf.shape(encoded)[0])
     return tf.map_fn(
-        lambda args: decode_one(args[0], args[1], image_size, signature),
+        lambda args: decode_one(args[0], args[1], image_size, signature, channels),
         (encoded, indices),
-        fn_output_signature=tf.TensorSpec([*image_size, 3], tf.float32),
+        fn_output_signature=tf.TensorSpec([*image_size, channels], tf.float32),
     )
 
 

@@ -1,6 +1,11 @@
 """The JSON report of a .tflite file: size, ops, agreement with the reference
 (the Keras model, or the SavedModel it was exported to) on real images, and
-latency per image with the TFLite interpreter."""
+latency per image with the TFLite interpreter.
+
+The comparison follows what the file returns (`deploy/serving.py`): for a
+classifier's `probabilities` (or `scores`) top-1 agreement, max and mean |delta|
+and the accuracies; for `features` and `feature_map`, max and mean |delta| and
+the reference's largest |value| (the scale the delta is to be read against)."""
 
 import numpy as np
 import tensorflow as tf
@@ -9,46 +14,66 @@ from deploy import interpreter, serving, tflite
 from deploy.datasets import DataError
 from deploy.preprocessing import scale_pixels
 
+# The per-value name of each output in the report's keys (max_abs_delta_<unit>).
+UNITS = {
+    "probabilities": "probability",
+    "scores": "score",
+    "features": "feature",
+    "feature_map": "feature",
+}
+CLASS_OUTPUTS = ("probabilities", "scores")
+
 
 def keras_reference(model, batch_size=100):
-    """uint8 (N, H, W, 3) -> probabilities (N, K) from the Keras model itself."""
+    """uint8 (N, H, W, C) -> what the exports return (N, ...) from the Keras model
+    itself: the softmax of its logits, or its own output (`serving.model_outputs`)."""
+    spec = serving.model_outputs(model, "the report")
 
-    def probabilities(pixels):
-        logits = model.predict(scale_pixels(pixels), batch_size=batch_size, verbose=0)
-        return tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1).numpy()
+    def reference(pixels):
+        values = model.predict(scale_pixels(pixels), batch_size=batch_size, verbose=0)
+        values = tf.cast(values, tf.float32)
+        return (tf.nn.softmax(values, axis=-1) if spec.softmax else values).numpy()
 
-    return probabilities
+    return reference
 
 
 def saved_model_reference(loaded, batch_size=100):
-    """uint8 (N, H, W, 3) -> probabilities (N, K) from a loaded SavedModel's
-    predict_images signature."""
-    signature = loaded.signatures[serving.PREDICT_IMAGES]
+    """uint8 (N, H, W, C) -> the main output (N, ...) of a loaded SavedModel's
+    `<prefix>_images` signature."""
+    served = serving.loaded_signatures(loaded)
+    signature = loaded.signatures[served.images]
 
-    def probabilities(pixels):
+    def reference(pixels):
         return np.concatenate(
             [
-                signature(images=tf.constant(pixels[i : i + batch_size]))["probabilities"].numpy()
+                signature(images=tf.constant(pixels[i : i + batch_size]))[served.output].numpy()
                 for i in range(0, len(pixels), batch_size)
             ]
         )
 
-    return probabilities
+    return reference
 
 
-def compare(reference, candidate, labels=None):
-    """Agreement of probabilities `candidate` (N, K) with `reference` (N, K):
-    top-1 agreement, max and mean |delta probability|, and accuracies when
-    `labels` (N,) are known (-1 = unknown)."""
+def compare(reference, candidate, labels=None, output="probabilities"):
+    """Agreement of `candidate` with `reference` (both (N, ...), the `output` of
+    `serving.OUTPUT_NAMES`): max and mean |delta|; for classifier outputs the
+    top-1 agreement and, when `labels` (N,) are known (-1 = unknown), the
+    accuracies; for features the reference's largest |value|."""
     reference, candidate = np.asarray(reference), np.asarray(candidate)
+    if reference.shape != candidate.shape:
+        raise ValueError(
+            f"the compared {output} have shapes {candidate.shape} and {reference.shape}."
+        )
     delta = np.abs(candidate - reference)
-    result = {
-        "num_images": int(len(reference)),
-        "top1_agreement": float(np.mean(reference.argmax(1) == candidate.argmax(1))),
-        "max_abs_delta_probability": float(delta.max()),
-        "mean_abs_delta_probability": float(delta.mean()),
-    }
-    if labels is not None:
+    unit = UNITS[output]
+    result = {"num_images": int(len(reference)), "output": output}
+    if output in CLASS_OUTPUTS:
+        result["top1_agreement"] = float(np.mean(reference.argmax(1) == candidate.argmax(1)))
+    else:
+        result["max_abs_reference"] = float(np.abs(reference).max())
+    result[f"max_abs_delta_{unit}"] = float(delta.max())
+    result[f"mean_abs_delta_{unit}"] = float(delta.mean())
+    if labels is not None and output in CLASS_OUTPUTS:
         labels = np.asarray(labels)
         known = labels >= 0
         if known.any():
@@ -73,11 +98,14 @@ def build_report(
     threads=(1, 2),
     latency_repeats=200,
     extra=None,
+    output=None,
 ):
-    """The report dict of .tflite bytes `content` against `reference`
-    (uint8 pixels -> probabilities) on `pixels` (N, H, W, 3) uint8."""
+    """The report dict of .tflite bytes `content` against `reference` (uint8
+    pixels -> the file's `output`, e.g. `keras_reference`) on `pixels`
+    (N, H, W, C) uint8. `output`: the file's output name (None: its signature's)."""
     counts = tflite.operator_counts(content)
     classifier = interpreter.TFLiteClassifier(content)
+    output = output or classifier.output_name or "probabilities"
     report = {
         **(extra or {}),
         "quantization": quantization,
@@ -91,7 +119,7 @@ def build_report(
             "shape": [int(s) for s in classifier.input["shape"]],
             "dtype": np.dtype(classifier.input["dtype"]).name,
         },
-        **compare(reference(pixels), classifier.predict(pixels), labels),
+        **compare(reference(pixels), classifier.predict(pixels), labels, output),
         "latency_per_image": {},
     }
     for count in threads:

@@ -1,9 +1,11 @@
-"""TFLite conversion of an exported classifier, with builtin ops only.
+"""TFLite conversion of an exported model, with builtin ops only.
 
-The .tflite file is the SavedModel's `predict_images_float32` signature reduced
-to its probabilities: input `images` (1, H, W, 3) pixels in [0, 255] (float32;
-uint8 for full-integer int8 files), output `probabilities` (1, K). Scaling to
-[-1, 1] happens inside the file, as in the SavedModel.
+The .tflite file is the SavedModel's `<prefix>_images_float32` signature reduced
+to its main output: input `images` (1, H, W, C) pixels in [0, 255] (float32;
+uint8 for full-integer int8 files), output what the SavedModel serves
+(`deploy/serving.py`): `probabilities` (1, K) (or `scores` for a classifier
+with another activation), `features` (1, D) or `feature_map` (1, rows, cols, D).
+Scaling to [-1, 1] happens inside the file, as in the SavedModel.
 
 Quantisations: 'none' (float32), 'float16' (float16 weights), 'dynamic_int8'
 (int8 weights, dynamic-range activations), 'int8' (full integer: int8 weights
@@ -42,21 +44,22 @@ class ConversionError(RuntimeError):
     """The model cannot be converted as asked, or the result is not builtin-only."""
 
 
-def _probabilities_function(loaded):
-    """A concrete function (1, H, W, 3) float32 pixels -> {'probabilities'} that
-    calls the loaded SavedModel's predict_images_float32 signature."""
-    height, width = serving.image_size_of(loaded)
-    signature = loaded.signatures[serving.PREDICT_IMAGES_FLOAT32]
+def _output_function(loaded):
+    """A concrete function (1, H, W, C) float32 pixels -> {main output} that
+    calls the loaded SavedModel's `<prefix>_images_float32` signature."""
+    served = serving.loaded_signatures(loaded)
+    signature = loaded.signatures[served.images_float32]
+    shape = [1, *served.image_size, served.channels]
 
-    @tf.function(input_signature=[tf.TensorSpec([1, height, width, 3], tf.float32, "images")])
-    def probabilities(images):
-        return {"probabilities": signature(images=images)["probabilities"]}
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, "images")])
+    def main_output(images):
+        return {served.output: signature(images=images)[served.output]}
 
-    return probabilities.get_concrete_function()
+    return main_output.get_concrete_function()
 
 
 def _representative_dataset(quantization, representative_pixels):
-    """A generator function over the calibration images, one (1, H, W, 3) each."""
+    """A generator function over the calibration images, one (1, H, W, C) each."""
     if representative_pixels is None or not len(representative_pixels):
         raise ConversionError(
             f"--quantization={quantization} needs representative images "
@@ -110,8 +113,8 @@ def convert_saved_model(saved_model_dir, quantization="none", representative_pix
     Args:
         saved_model_dir: the SavedModel directory.
         quantization: one of QUANTIZATIONS.
-        representative_pixels: for CALIBRATED quantisations, (N, H, W, 3)
-            pixels in [0, 255] at the model's size.
+        representative_pixels: for CALIBRATED quantisations, (N, H, W, C)
+            pixels in [0, 255] at the model's size and channels.
     Returns:
         the .tflite file's bytes; raises ConversionError if it holds a
         non-builtin (Flex or custom) op.
@@ -121,14 +124,14 @@ def convert_saved_model(saved_model_dir, quantization="none", representative_pix
             f"quantization={quantization!r}: expected one of {', '.join(QUANTIZATIONS)}."
         )
     loaded = tf.saved_model.load(saved_model_dir)
-    function = _probabilities_function(loaded)
+    function = _output_function(loaded)
     if representative_pixels is not None:
-        expected = (*function.inputs[0].shape[1:3], 3)
+        expected = tuple(function.inputs[0].shape[1:])
         shape = tuple(np.shape(representative_pixels))
-        if len(shape) != 4 or shape[1:] != tuple(expected):
+        if len(shape) != 4 or shape[1:] != expected:
             raise ConversionError(
                 f"representative images have shape {shape}; the model "
-                f"takes (N, {expected[0]}, {expected[1]}, 3)."
+                f"takes (N, {', '.join(map(str, expected))})."
             )
     content = _convert(
         tf.lite.TFLiteConverter.from_concrete_functions([function], loaded),

@@ -3,10 +3,10 @@
 `VisionTransformer(..., weights=w)` and everything built on it (the named
 builders `ViT_B16(weights=w)`, `HybridViT`, `build_model`) construct through
 `VisionTransformer.__init__`, which hands `w` to `resolve_weights` below: it
-opens the weights (a registry name is downloaded, a path is read), completes
-the constructor's arguments with what the checkpoint implies (resolution,
-channels, classifier, pre_logits width, classes) where they were not given,
-and returns the opened source, which `load` assigns once the (pure) model graph
+opens the weights (a registry name, an AugReg file name or a URL is downloaded
+once into the cache, a path is read), completes the constructor's arguments
+with what the checkpoint implies (resolution, channels, classifier, pre_logits
+width, classes) where they were not given, and returns the opened source, which `load` assigns once the (pure) model graph
 is built. Nothing else in `keras_vit` opens files or the network to build a
 model: with `weights=None`, and in `from_config`, construction touches neither.
 
@@ -46,8 +46,11 @@ def resolve_weights(weights, arguments, model_class):
 
     Args:
         weights: a registry name ('imagenet21k', ... see
-            `keras_vit.checkpoint.registry`) or a path to an official `.npz`, a
-            `.keras` or a `.weights.h5` file (or a trainers/ run directory).
+            `keras_vit.checkpoint.registry`), 'augreg:<AugReg file name>' (any
+            file of gs://vit_models/augreg/, `keras_vit.checkpoint.augreg`), an
+            https:// or gs:// URL of an official `.npz`, or a path to an official
+            `.npz`, a `.keras` or a `.weights.h5` file (or a trainers/ run
+            directory).
         arguments: the constructor's arguments as a dict: the architecture
             (patch_size, hidden_size, mlp_dim, num_heads, num_layers; `resnet`
             normalised, or None) and `CHECKPOINT_DEFAULTS`, None where not given
@@ -58,7 +61,10 @@ def resolve_weights(weights, arguments, model_class):
         (arguments, source): a copy of `arguments` with the checkpoint's values
         where not given, and the opened `loader.WeightsSource` for `load`.
     Raises:
-        FileNotFoundError, ValueError (unknown registry name), CheckpointError.
+        FileNotFoundError, ValueError (an unknown registry name, a malformed
+        AugReg name or URL, an AugReg checkpoint of another architecture),
+        `keras_vit.checkpoint.registry.DownloadError` (not cached and not
+        downloadable: the URL and the cache path are named), CheckpointError.
     """
     arch = loader.architecture(
         arguments["patch_size"],

@@ -1,19 +1,24 @@
 """Shared pieces of tests/test_export_*.py: a tiny classifier with fixed random
 weights, a trainers/-style run directory, real Fashion-MNIST pixels and
-TFRecords in the trainer's format."""
+TFRecords in the trainer's format; and the models whose exports must follow them
+(a softmax head, 1 and 4 input channels, features and a feature map), each
+exported to a SavedModel once per process."""
 
+import atexit
 import functools
-import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 import keras_vit
-from deploy import datasets, sources
+from deploy import datasets, serving
+from keras_vit import run_directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE_SIZE = 28
@@ -75,12 +80,81 @@ def tiny_classifier(seed=0, steps=150, batch_size=128):
     return model
 
 
+# Models other than a logits classifier: (keyword arguments, serving.ModelOutputs
+# kind, main output, its shape per image). Tiny (16 px, 4x4 patches, 1 block) with
+# random weights, so the three exports of each stay fast; together they cover a
+# classifier's own softmax, 1 and 4 input channels, features and a feature map.
+OUTPUT_CASES = {
+    "softmax_grey": (
+        dict(input_shape=(16, 16, 1), classifier_activation="softmax"),
+        "classifier",
+        "probabilities",
+        (5,),
+    ),
+    "features_4_channels": (
+        dict(input_shape=(16, 16, 4), include_top=False),
+        "features",
+        "features",
+        (16,),
+    ),
+    "feature_map": (
+        dict(image_size=16, include_top=False, pooling=None),
+        "feature_map",
+        "feature_map",
+        (4, 4, 16),
+    ),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def output_case_model(case):
+    """The OUTPUT_CASES model `case`, with fixed random weights (the zero head too)."""
+    keras.utils.set_random_seed(2)
+    model = keras_vit.VisionTransformer(
+        patch_size=4,
+        hidden_size=16,
+        mlp_dim=32,
+        num_heads=2,
+        num_layers=1,
+        num_classes=5,
+        name=f"tiny_{case}",
+        **OUTPUT_CASES[case][0],
+    )
+    rng = np.random.default_rng(2)
+    model.set_weights(
+        [w + rng.normal(0, 0.3, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
+    return model
+
+
+@functools.lru_cache(maxsize=None)
+def output_case_saved_model(case):
+    """`output_case_model(case)` exported with serving.export_saved_model, once
+    per process (the SavedModel and TFLite tests share it); removed at exit."""
+    directory = tempfile.mkdtemp(prefix=f"keras_vit_{case}_")
+    atexit.register(shutil.rmtree, directory, True)
+    serving.export_saved_model(output_case_model(case), directory)
+    return directory
+
+
+def random_pixels(count, image_size, channels, seed=0):
+    """uint8 (count, H, W, C) uniform pixels."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (count, *image_size, channels), dtype=np.uint8)
+
+
+def keras_outputs(model, pixels):
+    """What the exports of `model` return for uint8/float pixels in [0, 255]: the
+    softmax of a classifier's logits, else the model's own output."""
+    values = model.predict(np.asarray(pixels, np.float32) / 127.5 - 1.0, verbose=0)
+    return (
+        tf.nn.softmax(values, axis=-1).numpy() if serving.model_outputs(model).softmax else values
+    )
+
+
 def write_run_dir(model, run_dir):
-    """What trainers/train_lib.export writes: model.weights.h5 + model_config.json."""
-    os.makedirs(run_dir, exist_ok=True)
-    model.save_weights(os.path.join(run_dir, sources.RUN_WEIGHTS))
-    with open(os.path.join(run_dir, sources.RUN_CONFIG), "w", encoding="utf-8") as f:
-        json.dump(model.get_config(), f)
+    """What a training run exports (keras_vit.run_directory)."""
+    run_directory.RunDirectory(run_dir).write_model(model)
     return run_dir
 
 

@@ -65,8 +65,8 @@ def test_input_shape_against_image_size():
         small(image_size=32, input_shape=(40, 24, 3))
     with pytest.raises(ValueError, match="not a multiple of the patch size"):
         small(input_shape=(30, 32, 3))
-    with pytest.raises(ValueError, match="fixed height and width"):
-        small(input_shape=(None, None, 1))
+    with pytest.raises(ValueError, match="give both height and width"):
+        small(input_shape=(None, 32, 1))
     with pytest.raises(ValueError, match=r"channels=3 disagrees with input_shape=\(32, 32, 1\)"):
         small(input_shape=(32, 32, 1), channels=3)
 
@@ -265,9 +265,11 @@ def test_grey_model_from_rgb_weights_matches_repeated_grey(rgb_ckpt, rng, caplog
     rgb = keras_vit.VisionTransformer(**SMALL, weights=path)
     with caplog.at_level("INFO", logger="keras_vit"):
         grey = keras_vit.VisionTransformer(**SMALL, weights=path, input_shape=(32, 32, 1))
+    adapted = [r.getMessage() for r in caplog.records if "adapted to" in r.getMessage()]
+    assert len(adapted) == 1, adapted  # one log line says so
     assert (
-        "'embedding/kernel' of " in caplog.text
-        and "adapted to 1 input channels (summed over RGB)" in caplog.text
+        "'embedding/kernel' of " in adapted[0]
+        and "adapted to 1 input channels (summed over RGB)" in adapted[0]
     )
     assert grey.channels == 1 and grey.num_classes == 3  # other defaults still follow
     x = _images(rng, 2, 32, 32, 1)
@@ -290,6 +292,15 @@ def test_rgb_weights_into_four_channels(rgb_ckpt, caplog):
     np.testing.assert_allclose(
         adapt_input_channels(kernel, 6), np.concatenate([kernel, kernel], axis=2) * 0.5, rtol=1e-6
     )
+    # C a multiple of 3: an input whose C channels all hold one image gets the RGB
+    # response to it (other C: R, G, B repeated unevenly; 3/C keeps the scale).
+    np.testing.assert_allclose(
+        adapt_input_channels(kernel, 9).sum(axis=2), kernel.sum(axis=2), rtol=1e-5, atol=1e-6
+    )
+    with pytest.raises(ValueError, match=r"needs an RGB kernel \(kh, kw, 3, out\), got shape"):
+        adapt_input_channels(kernel[:, :, :2], 1)
+    with pytest.raises(ValueError, match="channels must be a positive integer, got 0"):
+        adapt_input_channels(kernel, 0)
 
 
 def test_other_channel_checkpoints_are_refused(tmp_path):

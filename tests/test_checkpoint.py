@@ -35,7 +35,11 @@ def test_missing_file(tmp_path):
 
 def test_unknown_registry_name_lists_known_ones():
     with keras.StatelessScope(initialize_variables=False):
-        with pytest.raises(ValueError, match=r"'imagenet22k'.*registered: .*augreg.*imagenet21k"):
+        with pytest.raises(
+            ValueError,
+            match=r"'imagenet22k'.*registered: .*augreg.*imagenet21k.*'augreg:<AugReg file "
+            r"name>' or an https:// / gs:// URL",
+        ):
             keras_vit.ViT_B16(weights="imagenet22k")
 
 
@@ -188,20 +192,28 @@ def test_run_directory_and_weights_h5_with_config(tmp_path, ckpt, rng):
 
 
 def test_registry_name_downloads_through_keras_cache(tmp_path, monkeypatch, rng):
-    """The real download path, served from Keras' cache (no network here)."""
+    """The real download path, served from Keras' cache (no network here); what
+    the model looks like comes from the file, not from the entry."""
     monkeypatch.setenv("KERAS_VIT_CACHE_DIR", str(tmp_path / "keras_home"))
-    entry = registry.Entry(
-        url=f"{registry.BASE_URL}/imagenet21k%2Bimagenet2012/Tiny.npz", image_size=32, num_classes=3
-    )
+    entry = registry.Entry(url=f"{registry.BASE_URL}/imagenet21k%2Bimagenet2012/Tiny.npz")
     monkeypatch.setitem(registry.REGISTRY, ("Tiny", "imagenet21k+imagenet2012"), entry)
-    params = random_params(**SMALL, grid=(4, 4), num_classes=3, seed=5)
+    params = random_params(
+        **SMALL, grid=(4, 4), num_classes=3, classifier="gap", representation_size=8, seed=5
+    )
     cache = tmp_path / "keras_home" / "keras_vit" / "imagenet21k+imagenet2012"
+    assert registry.cache_path(entry) == str(cache / "Tiny.npz")
     cache.mkdir(parents=True)
     np.savez(cache / "Tiny.npz", **params)
     config = dict(SMALL_KW, variant="Tiny")
     source = keras_vit.checkpoint.loader.open_source("imagenet21k+imagenet2012", config)
     assert source.origin == str(cache / "Tiny.npz")
-    assert source.metadata["image_size"] == 32 and source.metadata["num_classes"] == 3
+    assert source.metadata == {
+        "image_size": 32,
+        "num_classes": 3,
+        "channels": 3,
+        "classifier": "gap",
+        "representation_size": 8,
+    }
 
 
 def test_registry_entries_are_well_formed():

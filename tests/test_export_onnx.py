@@ -146,31 +146,41 @@ def test_the_check_after_export_catches_a_file_that_computes_something_else(vit,
         onnx_export.check_file(path, onnx_export.prepare(other))
 
 
-def test_a_dynamic_image_size_is_refused_naming_why():
+@needs_onnx
+@pytest.mark.parametrize("case", sorted(et.OUTPUT_CASES))
+def test_exported_file_follows_models_of_any_output(case, tmp_path):
+    """Softmax (no second one: no logits to take it from), 1 and 4 channels,
+    features and a feature map, named for what they are."""
+    _, _, output, shape = et.OUTPUT_CASES[case]
+    model = et.output_case_model(case)
+    path = str(tmp_path / f"{case}.onnx")
+    exported = onnx_export.export_keras_model(model, path)
+    assert exported["outputs"] == [output]
+    assert exported["input"]["shape"] == [1, 16, 16, model.channels]
+    classifier = onnx_export.ONNXClassifier(path)
+    assert classifier.main_output == output
+    pixels = et.random_pixels(6, (16, 16), model.channels)
+    expected = et.keras_outputs(model, pixels)
+    assert expected.shape == (6, *shape)
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(classifier.predict(pixels), expected, atol=LOGIT_RTOL * scale)
+
+
+def test_models_that_cannot_be_exported_are_refused_naming_why():
     inputs = keras.Input((None, None, 3), name="image")
     logits = keras.layers.Dense(et.NUM_CLASSES)(keras.layers.GlobalAveragePooling2D()(inputs))
     model = keras.Model(inputs, logits, name="any_size")
     with pytest.raises(
         onnx_export.ExportError,
-        match=r"'any_size' has a dynamic image size "
-        r"\(None, None\); the ONNX file is exported at one fixed H x W",
+        match=r"'any_size' takes images of any size \(input size None x None\); the ONNX "
+        r"file is written at one fixed H x W: build the model at a fixed size for export",
     ):
         onnx_export.prepare(model)
-
-
-def test_a_headless_model_is_refused():
-    model = keras_vit.VisionTransformer(
-        image_size=28,
-        patch_size=7,
-        hidden_size=32,
-        mlp_dim=64,
-        num_heads=2,
-        num_layers=1,
-        include_top=False,
-        name="headless",
-    )
-    with pytest.raises(onnx_export.ExportError, match="'headless' has no head"):
-        onnx_export.prepare(model)
+    images = keras.Input((8, 8, 3), name="image")
+    pooled = keras.layers.GlobalAveragePooling2D()(images)
+    two = keras.Model(images, [pooled, pooled], name="two_outputs")
+    with pytest.raises(onnx_export.ExportError, match="'two_outputs' has 1 inputs and 2 outputs"):
+        onnx_export.prepare(two)
 
 
 def test_an_unknown_precision_is_refused(vit):

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from deploy import serving, sources
+from deploy import flags as deploy_flags
+from deploy import preprocessing, serving, sources
+from keras_vit import run_directory
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"
@@ -265,13 +267,124 @@ def test_image_size_comes_from_the_signature(loaded):
     assert serving.image_size_of(loaded) == (et.IMAGE_SIZE, et.IMAGE_SIZE)
 
 
-def test_classifier_rejects_headless_models_and_wrong_class_names(exported):
+def test_what_cannot_be_served_is_refused_naming_why(exported):
     model, _ = exported
     headless = type(model).from_config({**model.get_config(), "include_top": False})
-    with pytest.raises(ValueError, match="no head"):
-        serving.Classifier(headless)
+    with pytest.raises(ValueError, match="class names label a classifier's outputs; model"):
+        serving.SignatureFunctions(headless, class_names=et.CLASS_NAMES)
     with pytest.raises(ValueError, match="3 class names for a model with 10 classes"):
-        serving.Classifier(model, class_names=["a", "b", "c"])
+        serving.SignatureFunctions(model, class_names=["a", "b", "c"])
+    inputs = keras.Input((None, None, 3), name="image")
+    logits = keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(inputs))
+    with pytest.raises(
+        ValueError,
+        match=r"'any_size' takes images of any size \(input size None x None\); the served "
+        r"SavedModel is written at one fixed H x W: build the model at a fixed size",
+    ):
+        serving.SignatureFunctions(keras.Model(inputs, logits, name="any_size"))
+
+
+# -- models other than a logits classifier ------------------------------------------
+
+
+def _luma(pixels):
+    return np.tensordot(pixels.astype(np.float64), preprocessing.LUMA, ([-1], [0]))[..., None]
+
+
+@pytest.mark.parametrize("case", sorted(et.OUTPUT_CASES))
+def test_saved_model_follows_the_model(case):
+    """Softmax, 1 and 4 channels, features and a feature map: the signatures are
+    named for what they return, take the model's channels and give its outputs."""
+    _, kind, output, shape = et.OUTPUT_CASES[case]
+    model = et.output_case_model(case)
+    loaded = tf.saved_model.load(et.output_case_saved_model(case))
+    names = serving.signature_names(kind)
+    assert sorted(loaded.signatures) == sorted(names)
+    served = serving.loaded_signatures(loaded)
+    channels = model.channels
+    assert (served.image_size, served.channels, served.output) == ((16, 16), channels, output)
+    pixels = et.random_pixels(4, (16, 16), channels)
+    expected = et.keras_outputs(model, pixels)
+    scale = max(1.0, float(np.abs(expected).max()))
+    extra = {"top_k_classes", "top_k_scores"} if kind == "classifier" else set()
+    for name, images in [(names[1], pixels), (names[2], pixels.astype(np.float32))]:
+        result = loaded.signatures[name](images=tf.constant(images))
+        assert set(result) == {output} | extra
+        assert result[output].shape == (4, *shape)
+        np.testing.assert_allclose(result[output].numpy(), expected, atol=ATOL * scale)
+    if kind == "classifier":  # the model's own softmax, not a second one
+        raw = model.predict(pixels.astype(np.float32) / 127.5 - 1.0, verbose=0)
+        np.testing.assert_allclose(expected, raw, atol=1e-6)
+        np.testing.assert_allclose(expected.sum(axis=1), 1.0, atol=1e-5)
+        assert np.abs(tf.nn.softmax(raw).numpy() - raw).max() > 0.05  # that would differ
+
+    # Encoded images, brought to the model's channels.
+    rgb = et.random_pixels(2, (16, 16), 3, seed=1)
+    if channels == 1:  # grey as it is, RGB to its luma
+        encoded = [tf.io.encode_png(pixels[0]), tf.io.encode_png(rgb[0])]
+        seen = np.stack([pixels[0].astype(np.float64), _luma(rgb[0])])
+    elif channels == 3:  # grey repeated to RGB
+        encoded = [tf.io.encode_png(rgb[0][..., :1]), tf.io.encode_png(rgb[1])]
+        seen = np.stack([np.repeat(rgb[0][..., :1], 3, axis=-1), rgb[1]])
+    else:  # a 4-channel PNG as it is
+        encoded = [tf.io.encode_png(pixels[0]), tf.io.encode_png(pixels[1])]
+        seen = pixels[:2]
+    result = loaded.signatures[names[0]](images=tf.constant([e.numpy() for e in encoded]))
+    np.testing.assert_allclose(
+        result[output].numpy(), et.keras_outputs(model, seen), atol=ATOL * scale
+    )
+    examples = [et.example(e.numpy(), [i]) for i, e in enumerate(encoded)]
+    result = loaded.signatures[names[3]](examples=tf.constant(examples))
+    np.testing.assert_array_equal(result["labels"].numpy(), [[0], [1]])
+    np.testing.assert_allclose(
+        result[output].numpy(), et.keras_outputs(model, seen), atol=ATOL * scale
+    )
+
+    # Images the model cannot take fail naming the channels.
+    grey_or_rgb = r"1 \(grayscale\) or 3 \(RGB\)"
+    have, expected_text = {1: (4, grey_or_rgb), 3: (4, grey_or_rgb), 4: (3, "4")}[channels]
+    bad = tf.io.encode_png(et.random_pixels(1, (8, 8), have)[0]).numpy()
+    _fails(
+        loaded.signatures[names[0]],
+        rf"batch index\] \[0\] \[has\] \[{have}\] \[channels; expected {expected_text}",
+        images=[bad],
+    )
+    _fails(
+        loaded.signatures[names[1]],
+        rf"{names[1]}: images must be \(batch, 16, 16, {channels}\) pixels; got shape\] "
+        rf"\[1 16 16 {have}\]",
+        images=np.zeros((1, 16, 16, have), np.uint8),
+    )
+
+
+def test_cli_exports_what_the_output_flags_ask(exported, tmp_path):
+    """--channels=1 --noinclude_top --pooling=none on a trained RGB run: the grey
+    feature map of an image is the RGB model's for that image repeated to RGB."""
+    model, _ = exported
+    run_dir = et.write_run_dir(model, str(tmp_path / "run"))
+    output = str(tmp_path / "grey_map")
+    result = et.run_tool(
+        [
+            "tools/export_savedmodel.py",
+            f"--run_dir={run_dir}",
+            "--channels=1",
+            "--noinclude_top",
+            "--pooling=none",
+            f"--output={output}",
+        ]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "1 channels, feature_map (4, 4, 64); signatures: serving_default, " in result.stdout
+    assert "adapted to 1 input channels (summed over RGB)" in result.stderr
+    grey, _ = et.fashion_mnist(3)
+    grey = grey[..., :1]
+    signature = tf.saved_model.load(output).signatures["feature_map_images"]
+    produced = signature(images=tf.constant(grey))["feature_map"].numpy()
+    rgb_map = deploy_flags.with_outputs(model, include_top=False, pooling=None)
+    expected = et.keras_outputs(rgb_map, np.repeat(grey, 3, axis=-1))
+    np.testing.assert_allclose(produced, expected, atol=ATOL * max(1.0, np.abs(expected).max()))
+    with pytest.raises(ValueError, match="--pooling applies to a headless model"):
+        deploy_flags.with_outputs(model, pooling="avg")
 
 
 def test_model_sources_fail_clearly(tmp_path):
@@ -283,7 +396,7 @@ def test_model_sources_fail_clearly(tmp_path):
         sources.load_model(model="ViT_Ti16", weights=str(tmp_path / "missing.npz"))
     with pytest.raises(sources.SourceError, match="exactly one of"):
         sources.load_model(run_dir=str(tmp_path), model="ViT_Ti16", weights="x")
-    (tmp_path / sources.RUN_CONFIG).write_text("{}")
+    (tmp_path / run_directory.MODEL_CONFIG).write_text("{}")
     with pytest.raises(sources.SourceError, match="missing .*model.weights.h5"):
         sources.load_model(run_dir=str(tmp_path))
     names = tmp_path / "names.json"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from deploy import datasets, interpreter, report, serving, tflite
+from deploy import datasets, interpreter, preprocessing, report, serving, tflite
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"
@@ -230,6 +230,66 @@ def test_representative_data_that_cannot_match_the_model(saved_model, tmp_path):
         tflite.convert_saved_model(saved_model, "int8", np.zeros((2, 32, 32, 3), np.uint8))
     with pytest.raises(tflite.ConversionError, match="needs representative images"):
         tflite.convert_saved_model(saved_model, "int8")
+
+
+# float32 files of the OUTPUT_CASES models against Keras: max |delta| <=
+# FEATURE_RTOL * max(1, max |value|). Both run the same float32 operations, in
+# other orders and kernels (XNNPACK against TensorFlow's), so the error is
+# relative to the values, as tests/test_export_onnx.py's LOGIT_RTOL argues: a
+# dot product of n <= 64 terms here is off by about sqrt(n) * 2**-24 of its
+# scale per block. 1e-5 is ~170 roundings of the scale; a wrong channel order,
+# scaling or a second softmax moves these outputs by 1e-2 or more.
+FEATURE_RTOL = 1e-5
+
+
+@pytest.mark.parametrize("case", sorted(et.OUTPUT_CASES))
+def test_converted_file_follows_models_of_any_output(case):
+    """Softmax, 1 and 4 channels, features and a feature map: the file takes the
+    model's channels and returns its main output under that output's name."""
+    _, _, output, shape = et.OUTPUT_CASES[case]
+    model = et.output_case_model(case)
+    saved_model = et.output_case_saved_model(case)
+    content = tflite.convert_saved_model(saved_model, "none")
+    assert not tflite.non_builtin_ops(tflite.operator_counts(content))
+    runner = interpreter.TFLiteClassifier(content)
+    assert tuple(runner.input["shape"]) == (1, 16, 16, model.channels)
+    assert runner.output_name == output and tuple(runner.output["shape"]) == (1, *shape)
+    pixels = et.random_pixels(6, (16, 16), model.channels)
+    expected = et.keras_outputs(model, pixels)
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(runner.predict(pixels), expected, atol=FEATURE_RTOL * scale)
+    # The report compares what the file returns, against Keras or the SavedModel.
+    loaded = tf.saved_model.load(saved_model)
+    np.testing.assert_allclose(
+        report.saved_model_reference(loaded)(pixels), expected, atol=FEATURE_RTOL * scale
+    )
+    result = report.build_report(
+        content, "none", report.keras_reference(model), pixels, threads=(1,), latency_repeats=2
+    )
+    unit = report.UNITS[output]
+    assert result["output"] == output and result["input"]["shape"] == [1, 16, 16, model.channels]
+    assert result[f"max_abs_delta_{unit}"] == pytest.approx(
+        np.abs(runner.predict(pixels) - expected).max(), abs=1e-7
+    )
+    assert ("top1_agreement" in result) == (output == "probabilities")
+    assert ("max_abs_reference" in result) == (output != "probabilities")
+    if model.channels == 4:
+        with pytest.raises(tflite.ConversionError, match=r"takes \(N, 16, 16, 4\)"):
+            tflite.convert_saved_model(saved_model, "int8", np.zeros((2, 16, 16, 3), np.uint8))
+
+
+def test_eval_pixels_are_brought_to_the_model_channels():
+    rgb = et.random_pixels(2, (4, 4), 3)
+    grey = preprocessing.match_channels(rgb, 1)
+    expected = np.round(rgb @ np.asarray(preprocessing.LUMA))[..., None]
+    np.testing.assert_array_equal(grey, expected.astype(np.uint8))
+    repeated = np.repeat(grey, 3, axis=-1)
+    np.testing.assert_array_equal(preprocessing.match_channels(repeated, 1), grey)  # exact
+    np.testing.assert_array_equal(preprocessing.match_channels(grey, 3), repeated)
+    with pytest.raises(
+        preprocessing.ChannelError, match="eval: 3-channel images; the model takes 4"
+    ):
+        preprocessing.match_channels(rgb, 4, "eval")
 
 
 def test_other_sizes_and_grayscale_are_brought_to_the_model():

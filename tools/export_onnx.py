@@ -1,17 +1,22 @@
-r"""Exports a keras_vit classifier to ONNX through Keras' own exporter and reports
-how closely onnxruntime follows the Keras model.
+r"""Exports a keras_vit model to ONNX through Keras' own exporter and reports how
+closely onnxruntime follows the Keras model.
 
   python tools/export_onnx.py (--run_dir=RUN | --model=ViT_B16 --weights=W \
-      [--num_classes=K] [--image_size=S]) [--precision=float32|float16] [--dynamic_batch] \
+      [--num_classes=K] [--image_size=S]) [--channels=C] \
+      [--noinclude_top [--pooling=none|token|avg|max]] [--classifier_activation=softmax] \
+      [--precision=float32|float16] [--dynamic_batch] \
       --output=FILE.onnx [--report=FILE.json] [--eval_data=TFRECORD_GLOB]
 
-The file takes `images` (1, H, W, 3), or (batch, H, W, 3) with --dynamic_batch,
-float32 pixels in [0, 255] and returns `logits` and `probabilities` (B, K); see
-deploy/onnx.py. --report writes JSON: file size, ONNX operators, top-1
-agreement and max |delta probability| against the Keras model on
---num_eval_images real images (the Fashion-MNIST test set unless --eval_data),
-and latency per image with onnxruntime at 1 and 2 threads beside the Keras
-model's. Needs the `onnx` extra: pip install -e '.[onnx]'.
+The file takes `images` (1, H, W, C), or (batch, H, W, C) with --dynamic_batch,
+float32 pixels in [0, 255] and returns `logits` and `probabilities` (B, K) for a
+classifier ending in logits, else the model's own output (`probabilities`,
+`scores`, `features` or `feature_map`); see deploy/onnx.py. --report writes
+JSON: file size, ONNX operators, agreement (top-1 and max |delta| for
+classifiers, max |delta| for features) against the Keras model on
+--num_eval_images real images (the Fashion-MNIST test set unless --eval_data,
+brought to the model's channels: grey <-> RGB), and latency per image with
+onnxruntime at 1 and 2 threads beside the Keras model's. Needs the `onnx` extra:
+pip install -e '.[onnx]'.
 """
 
 import json
@@ -27,13 +32,14 @@ os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
 from absl import app, flags
 
-from deploy import datasets
+from deploy import datasets, preprocessing, serving
 from deploy import flags as deploy_flags
 from deploy import onnx as onnx_export
 from deploy import report as report_lib
 
 FLAGS = flags.FLAGS
 deploy_flags.define_model_flags()
+deploy_flags.define_output_flags()
 flags.DEFINE_enum(
     "precision",
     "float32",
@@ -60,14 +66,14 @@ def main(argv):
         raise SystemExit(f"error: {e}") from e
     try:
         model = deploy_flags.model_from_flags()
-        size = tuple(model.image_size)
-        evaluation = (
-            datasets.load_images(
-                FLAGS.eval_data, size, FLAGS.num_eval_images, FLAGS.fashion_mnist_dir
+        spec = serving.model_outputs(model, "the ONNX file")
+        evaluation = None
+        if FLAGS.report:
+            pixels, labels = datasets.load_images(
+                FLAGS.eval_data, spec.image_size, FLAGS.num_eval_images, FLAGS.fashion_mnist_dir
             )
-            if FLAGS.report
-            else None
-        )
+            where = f"--eval_data={FLAGS.eval_data}" if FLAGS.eval_data else "Fashion-MNIST"
+            evaluation = preprocessing.match_channels(pixels, spec.channels, where), labels
     except (ValueError, OSError) as e:  # bad flags or data, unknown variant, missing files
         raise app.UsageError(str(e)) from e
     try:
@@ -80,7 +86,8 @@ def main(argv):
     batch = exported["input"]["shape"][0] or "dynamic"
     print(
         f"Wrote {FLAGS.output} ({os.path.getsize(FLAGS.output)} bytes, {FLAGS.precision}, "
-        f"batch {batch}, opset {exported['opset']}); ops: {', '.join(counts)}"
+        f"batch {batch}, opset {exported['opset']}, outputs {', '.join(exported['outputs'])}); "
+        f"ops: {', '.join(counts)}"
     )
     if FLAGS.report:
         pixels, labels = evaluation

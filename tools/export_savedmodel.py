@@ -1,12 +1,16 @@
-r"""Exports a keras_vit classifier as a SavedModel for TF Serving.
+r"""Exports a keras_vit model (a classifier, or a headless feature extractor) as a
+SavedModel for TF Serving.
 
   python tools/export_savedmodel.py --model=ViT_B16 --weights=PATH_OR_REGISTRY_NAME \
       [--num_classes=K] [--image_size=S] [--class_names=FILE] --output=DIR
   python tools/export_savedmodel.py --run_dir=RUN [--class_names=FILE] --output=DIR
+  (either, and: [--channels=C] [--noinclude_top [--pooling=none|token|avg|max]]
+   [--classifier_activation=softmax])
 
 Signatures: serving_default (encoded JPEG/PNG strings), predict_images (uint8
-pixels), predict_images_float32, predict_examples (serialized tf.Example); see
-deploy/serving.py and docs/deployment.md.
+pixels), predict_images_float32, predict_examples (serialized tf.Example), named
+features_* / feature_map_* for headless models; see deploy/serving.py and
+docs/deployment.md.
 """
 
 import os
@@ -26,6 +30,7 @@ from deploy import serving, sources
 
 FLAGS = flags.FLAGS
 deploy_flags.define_model_flags()
+deploy_flags.define_output_flags()
 flags.DEFINE_string(
     "class_names",
     None,
@@ -41,17 +46,28 @@ def main(argv):
     deploy_flags.check_command_line(argv, "--output=DIR")
     try:
         model = deploy_flags.model_from_flags()
+        outputs = serving.model_outputs(model, "the SavedModel")
+        if FLAGS.class_names and outputs.kind != "classifier":
+            raise ValueError(
+                f"--class_names labels a classifier; model '{model.name}' has no head "
+                f"(it returns {outputs.name})."
+            )
         names = (
-            sources.read_class_names(FLAGS.class_names, model.num_classes)
+            sources.read_class_names(FLAGS.class_names, outputs.num_classes)
             if FLAGS.class_names
             else None
         )
     except (ValueError, OSError) as e:  # bad flags, unknown variant, missing files
         raise app.UsageError(str(e)) from e
     signatures = serving.export_saved_model(model, FLAGS.output, names, FLAGS.top_k)
+    returns = (
+        f"{outputs.num_classes} classes ({outputs.name})"
+        if outputs.kind == "classifier"
+        else f"{outputs.name} {outputs.shape}"
+    )
     print(
-        f"Wrote {FLAGS.output}: model '{model.name}', image size {model.image_size}, "
-        f"{model.num_classes} classes; signatures: {', '.join(signatures)}"
+        f"Wrote {FLAGS.output}: model '{model.name}', image size {outputs.image_size}, "
+        f"{outputs.channels} channels, {returns}; signatures: {', '.join(signatures)}"
     )
 
 

@@ -1,17 +1,22 @@
-r"""Converts a keras_vit classifier to TFLite (builtin ops only) and reports how
+r"""Converts a keras_vit model to TFLite (builtin ops only) and reports how
 closely the file follows the model.
 
   python tools/export_tflite.py (--saved_model=DIR | --run_dir=RUN | --model=ViT_B16 \
       --weights=W [--num_classes=K] [--image_size=S]) \
+      [--channels=C] [--noinclude_top [--pooling=none|token|avg|max]] \
+      [--classifier_activation=softmax] \
       --quantization=none|float16|dynamic_int8|int8|int8_matmul [--representative_data=TFRECORD_GLOB] \
       --output=FILE.tflite [--report=FILE.json] [--eval_data=TFRECORD_GLOB]
 
-The file takes `images` (1, H, W, 3) pixels in [0, 255] (float32; uint8 for
-int8) and returns `probabilities` (1, K). --report writes JSON: file size, ops,
-top-1 agreement and max |delta probability| against the Keras model (the
-SavedModel's predict_images signature with --saved_model) on --num_eval_images
-real images (the Fashion-MNIST test set unless --eval_data), and latency per
-image at 1 and 2 interpreter threads.
+The file takes `images` (1, H, W, C) pixels in [0, 255] (float32; uint8 for
+int8) and returns what the SavedModel serves: `probabilities` (1, K) (`scores`
+for a classifier with another activation), `features` (1, D) or `feature_map`
+(1, rows, cols, D). --report writes JSON: file size, ops, agreement (top-1 and
+max |delta| for classifiers, max |delta| for features) against the Keras model
+(the SavedModel's <prefix>_images signature with --saved_model) on
+--num_eval_images real images (the Fashion-MNIST test set unless --eval_data,
+brought to the model's channels: grey <-> RGB), and latency per image at 1 and 2
+interpreter threads.
 """
 
 import json
@@ -27,12 +32,13 @@ os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
 from absl import app, flags
 
-from deploy import datasets, serving, tflite
+from deploy import datasets, preprocessing, serving, tflite
 from deploy import flags as deploy_flags
 from deploy import report as report_lib
 
 FLAGS = flags.FLAGS
 deploy_flags.define_model_flags()
+deploy_flags.define_output_flags()
 flags.DEFINE_string("saved_model", None, "A SavedModel from tools/export_savedmodel.py.")
 flags.DEFINE_enum("quantization", "none", tflite.QUANTIZATIONS, "Weights/activations.")
 flags.DEFINE_string(
@@ -53,7 +59,8 @@ flags.DEFINE_integer("latency_repeats", 200, "Timed invokes per thread count.")
 
 
 def _source():
-    """(SavedModel directory or None, Keras model or None, reference function, image size)."""
+    """(SavedModel directory or None, Keras model or None, reference function,
+    image size, channels, output name)."""
     import tensorflow as tf
 
     if FLAGS.saved_model:
@@ -62,16 +69,19 @@ def _source():
         if not os.path.isdir(FLAGS.saved_model):
             raise ValueError(f"--saved_model={FLAGS.saved_model}: no such directory.")
         loaded = tf.saved_model.load(FLAGS.saved_model)
-        size = serving.image_size_of(loaded)
-        return loaded, None, report_lib.saved_model_reference(loaded), size
+        served = serving.loaded_signatures(loaded)
+        reference = report_lib.saved_model_reference(loaded)
+        return loaded, None, reference, served.image_size, served.channels, served.output
     model = deploy_flags.model_from_flags()
-    return None, model, report_lib.keras_reference(model), tuple(model.image_size)
+    spec = serving.model_outputs(model, "the TFLite file")
+    reference = report_lib.keras_reference(model)
+    return None, model, reference, spec.image_size, spec.channels, spec.name
 
 
 def main(argv):
     deploy_flags.check_command_line(argv, "--output=FILE.tflite")
     try:
-        loaded, model, reference, size = _source()
+        loaded, model, reference, size, channels, output = _source()
         calibration = None
         if FLAGS.quantization in tflite.CALIBRATED:
             if not FLAGS.representative_data:
@@ -82,13 +92,16 @@ def main(argv):
             calibration, _ = datasets.tfrecord_images(
                 FLAGS.representative_data, size, FLAGS.num_calibration_images
             )
-        evaluation = (
-            datasets.load_images(
+            calibration = preprocessing.match_channels(
+                calibration, channels, f"--representative_data={FLAGS.representative_data}"
+            )
+        evaluation = None
+        if FLAGS.report:
+            pixels, labels = datasets.load_images(
                 FLAGS.eval_data, size, FLAGS.num_eval_images, FLAGS.fashion_mnist_dir
             )
-            if FLAGS.report
-            else None
-        )
+            where = f"--eval_data={FLAGS.eval_data}" if FLAGS.eval_data else "Fashion-MNIST"
+            evaluation = preprocessing.match_channels(pixels, channels, where), labels
     except (ValueError, OSError) as e:  # bad flags or data, unknown variant, missing files
         raise app.UsageError(str(e)) from e
     if model is not None:
@@ -98,7 +111,7 @@ def main(argv):
     with open(FLAGS.output, "wb") as f:
         f.write(content)
     print(
-        f"Wrote {FLAGS.output} ({len(content)} bytes, {FLAGS.quantization}); ops: "
+        f"Wrote {FLAGS.output} ({len(content)} bytes, {FLAGS.quantization}, {output}); ops: "
         f"{', '.join(tflite.operator_counts(content))}"
     )
     if FLAGS.report:
@@ -123,6 +136,7 @@ def main(argv):
             labels,
             latency_repeats=FLAGS.latency_repeats,
             extra=extra,
+            output=output,
         )
         with open(FLAGS.report, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)

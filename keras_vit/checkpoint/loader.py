@@ -16,6 +16,7 @@ import os
 import keras
 import numpy as np
 
+from keras_vit import run_directory
 from keras_vit.checkpoint import layout, npz, registry
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.layers.position_embedding import resize_position_embedding
@@ -42,27 +43,42 @@ class WeightsSource:
 
 
 def open_source(weights, arch, model_class=None):
-    """Resolves `weights` (registry name or path) for a model of architecture
-    `arch` (patch_size, hidden_size, ...; for hybrids `resnet`, the normalised
-    spec, and `stride`, the ResNet's downsampling). `model_class` (its
-    `from_config`) rebuilds the source model of a `.weights.h5` file that has
-    its config beside it; it is needed only there."""
+    """Resolves `weights` for a model of architecture `arch` (patch_size,
+    hidden_size, ...; for hybrids `resnet`, the normalised spec, and `stride`, the
+    ResNet's downsampling; optionally `variant`, its name).
+
+    `weights` is a registry short name, 'augreg:<AugReg file name>', an https://
+    or gs:// URL of an official `.npz` (downloaded once into the cache,
+    `keras_vit.checkpoint.registry`), or a path. `model_class` (its
+    `from_config`) rebuilds the source model of a `.weights.h5` file that has its
+    config beside it; it is needed only there.
+
+    Raises:
+        FileNotFoundError: a path that does not exist.
+        ValueError: an unknown short name, a malformed AugReg name or URL, an
+            AugReg checkpoint of another architecture (before any download).
+        registry.DownloadError: a download that cannot be made (offline, ...).
+        CheckpointError: a file that is not a checkpoint of this architecture.
+    """
     weights = os.fspath(weights)
     variant = arch.get("variant") or variant_name(arch)
-    if not os.path.exists(weights):
-        if os.sep in weights or weights.endswith((".npz", ".keras", ".h5")):
+    remote = registry.is_remote(weights) or weights.startswith(("http://", "https://"))
+    if remote or not os.path.exists(weights):
+        if not remote and (os.sep in weights or weights.endswith((".npz", ".keras", ".h5"))):
             raise FileNotFoundError(f"Weights file not found: {weights}")
-        entry = registry.lookup(variant, weights) if variant else None
+        entry = registry.resolve(weights, variant)
         if entry is None:
             known = registry.names_for(variant) if variant else []
             raise ValueError(
                 f"weights={weights!r} is neither an existing file nor a registered "
                 f"checkpoint name for {variant or 'this architecture'}"
-                + (f" (registered: {', '.join(known)})." if known else ".")
+                + (f" (registered: {', '.join(known)})" if known else "")
+                + "; any published file is also 'augreg:<AugReg file name>' or an "
+                "https:// / gs:// URL of its .npz."
             )
         path = registry.fetch(entry)
         params = npz.read_npz(path)
-        return WeightsSource(path, params, entry.metadata())
+        return WeightsSource(path, params, _npz_metadata(params, arch, entry, weights))
     if os.path.isdir(weights) or weights.endswith(".weights.h5"):
         return _h5_source(weights, model_class)
     if weights.endswith(".keras"):
@@ -71,14 +87,20 @@ def open_source(weights, arch, model_class=None):
     return WeightsSource(weights, params, _npz_metadata(params, arch))
 
 
-def _npz_metadata(params, arch):
-    """What an official checkpoint implies for the model built from it."""
+def _npz_metadata(params, arch, entry=None, name=None):
+    """What an official checkpoint implies for the model built from it, read from
+    its arrays: classifier ('cls' present), input channels, pre_logits width
+    (None without one), classes (head/kernel) and resolution (the position
+    embedding's square grid x patch x the ResNet's stride). A registry `entry`
+    (`name`: what the user asked for) gives the resolution and classes where the
+    arrays do not; where it disagrees with them, the arrays win (one log line)."""
     meta = {"classifier": "token" if "cls" in params else "gap"}
     stem = params.get(_input_kernel(arch.get("resnet")))
     if stem is not None and stem.ndim == 4:
         meta["channels"] = int(stem.shape[2])
-    if "pre_logits/kernel" in params:
-        meta["representation_size"] = int(params["pre_logits/kernel"].shape[-1])
+    meta["representation_size"] = (
+        int(params["pre_logits/kernel"].shape[-1]) if "pre_logits/kernel" in params else None
+    )
     if "head/kernel" in params:
         meta["num_classes"] = int(params["head/kernel"].shape[-1])
     posemb = params.get(POSEMB)
@@ -88,6 +110,20 @@ def _npz_metadata(params, arch):
         side = int(round(np.sqrt(grid_tokens)))
         if side * side == grid_tokens:
             meta["image_size"] = side * patch * arch.get("stride", 1)
+    for key in ("image_size", "num_classes") if entry is not None else ():
+        expected = getattr(entry, key)
+        if expected is None:
+            continue
+        if key not in meta:
+            meta[key] = expected
+        elif meta[key] != expected:
+            logger.info(
+                "%s: the file has %s %d where its name says %d; the file's is used.",
+                name or entry.url,
+                key,
+                meta[key],
+                expected,
+            )
     return meta
 
 
@@ -100,24 +136,28 @@ def _keras_source(path):
 
 
 def _h5_source(path, model_class):
-    """A `.weights.h5` file, or a directory holding `model.weights.h5`.
+    """A `.weights.h5` file, or a training run directory (`keras_vit.run_directory`).
 
-    With the model's config beside it (`model_config.json`, as trainers/ run
-    directories have, or `<stem>.config.json`, as tools/convert_checkpoint.py
-    writes), the source model is rebuilt so that the weights can go to another
-    head or resolution; without one, Keras loads the file into a model of the
-    same architecture.
+    With the model's config beside it (a run directory's `model_config.json`, or
+    `<stem>.config.json`, as tools/convert_checkpoint.py writes), the source model
+    is rebuilt so that the weights can go to another head or resolution; without
+    one, Keras loads the file into a model of the same architecture.
     """
-    weights = os.path.join(path, "model.weights.h5") if os.path.isdir(path) else path
-    folder = os.path.dirname(weights)
-    configs = [
-        weights[: -len(".weights.h5")] + ".config.json",
-        os.path.join(folder, "model_config.json"),
-    ]
-    config = next((c for c in configs if os.path.isfile(c)), None)
-    if not os.path.isfile(weights):
+    if run_directory.isdir(path):
+        run = run_directory.RunDirectory(path)
+        if not run.has_model() and not run_directory.exists(run.weights):
+            raise FileNotFoundError(
+                f"{path} is a directory but not a training run: no {run.weights}"
+            )
+        weights, config = run.weights, run.model_config
+    else:
+        weights = path
+        config = weights[: -len(".weights.h5")] + ".config.json"
+        if not run_directory.exists(config):
+            config = os.path.join(os.path.dirname(weights), run_directory.MODEL_CONFIG)
+    if not run_directory.exists(weights):
         raise FileNotFoundError(f"Weights file not found: {weights}")
-    if config is None:
+    if not run_directory.exists(config):
         return WeightsSource(weights, h5_path=weights)
     if model_class is None:
         raise ValueError(
@@ -125,7 +165,7 @@ def _h5_source(path, model_class):
             "open_source needs the model_class to rebuild that model."
         )
     try:
-        with open(config, encoding="utf-8") as f:
+        with run_directory.open_file(config) as f:
             model = model_class.from_config(json.load(f))
         model.load_weights(weights)
     except Exception as e:  # Keras raises ValueError/KeyError/OSError here
@@ -300,8 +340,23 @@ def adapt_input_channels(kernel, channels):
     """An RGB convolution kernel (kh, kw, 3, out) for `channels` input channels,
     as timm's `adapt_input_conv`: the sum over RGB for 1 channel (a grey image
     then gives what the RGB kernel gives it repeated to RGB); otherwise RGB
-    repeated to `channels` and scaled by 3 / channels."""
+    repeated to `channels` (R, G, B, R, ...) and scaled by 3 / channels, which
+    keeps the response's scale (exactly, for an input whose channels all hold one
+    image, where `channels` is a multiple of 3).
+
+    Returns:
+        (kh, kw, channels, out), the kernel's dtype.
+    Raises:
+        ValueError: a kernel that is not (kh, kw, 3, out), or channels < 1.
+    """
     kernel = np.asarray(kernel)
+    if kernel.ndim != 4 or kernel.shape[2] != 3:
+        raise ValueError(
+            f"adapt_input_channels needs an RGB kernel (kh, kw, 3, out), got shape {kernel.shape}."
+        )
+    if isinstance(channels, bool) or int(channels) != channels or channels < 1:
+        raise ValueError(f"channels must be a positive integer, got {channels!r}.")
+    channels = int(channels)
     if channels == 1:
         return kernel.sum(axis=2, keepdims=True)
     repeats = -(-channels // 3)
