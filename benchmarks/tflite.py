@@ -34,6 +34,7 @@ import keras_vit
 from benchmarks.machine import describe, machine_info
 from configs import fashion_mnist
 from deploy import datasets, interpreter, report, serving, sources, tflite
+from keras_vit import run_directory
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A trained trainers/ run directory to measure.")
@@ -70,10 +71,7 @@ def train_model(run_dir):
     )
     start = time.time()
     model.fit(pixels, labels.astype(np.int64), batch_size=BATCH_SIZE, epochs=1, verbose=2)
-    os.makedirs(run_dir, exist_ok=True)
-    model.save_weights(os.path.join(run_dir, sources.RUN_WEIGHTS))
-    with open(os.path.join(run_dir, sources.RUN_CONFIG), "w", encoding="utf-8") as f:
-        json.dump(model.get_config(), f)
+    run_directory.RunDirectory(run_dir).write_model(model)
     return {
         "trained_here": True,
         "steps": count // BATCH_SIZE,

@@ -83,10 +83,10 @@ def recipe(variant, dataset):
             "ViT_L16": 1024,
         }[variant]
         c.loss = "softmax"
-        c.eval_split = "validation"
+        c.evals = dict(validation=common.classification_eval("validation"), fewshot=c.evals.fewshot)
     else:
         c.model_overrides.classifier = "gap"
         c.model_overrides.representation_size = None
         c.loss = "sigmoid"
-        c.eval_split = "validation"
+        c.evals = dict(validation=common.classification_eval("validation"), fewshot=c.evals.fewshot)
     return c

@@ -11,5 +11,4 @@ def get_config(model="ViT_B16", total_steps=10_000, learning_rate=0.01):
     c.total_steps = total_steps
     c.learning_rate = learning_rate
     c.checkpoint_every = 1000
-    c.eval_split = "test"
     return c

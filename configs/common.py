@@ -1,18 +1,70 @@
-"""Keys every trainer config has (so any of them can be set with --config.KEY=VALUE).
+"""Every key a trainer config has, with its default: the one place where the
+trainers' defaults live (so any key can be set with --config.KEY=VALUE).
 
-Unset (None) placeholders mean "the trainer's default" (trainers/app.py DEFAULTS): pretrain.py uses
-AdamW (0.9, 0.999), weight decay 0.1, linear decay; finetune.py uses SGD momentum
-0.9, no weight decay, cosine decay. Both clip the global gradient norm at 1.0.
+`base_config()` is the root of every config in this folder. Sections:
+  TRAINER_DEFAULTS   what pretrain.py and finetune.py each use for the keys a config
+                     leaves unset (None): pretrain AdamW (0.9, 0.999), weight decay 0.1,
+                     linear decay; finetune SGD momentum 0.9, no weight decay, cosine
+                     decay. Both clip the global gradient norm at 1.0.
+  evals              the evaluators (trainers/evaluators.py), by name.
+  masked_patch       the masked patch prediction objective's settings.
+A config may also hold a `pretrain` or `finetune` section: what that trainer changes
+on top of the config (trainers/train_config.py resolves them; a value given on the
+command line always wins).
 """
 
 import ml_collections
+from ml_collections import config_dict
 from ml_collections.config_dict import placeholder
+
+from keras_vit import fewshot
+
+TRAINER_DEFAULTS = {
+    "pretrain": dict(optimizer="adamw", weight_decay=0.1, decay_type="linear"),
+    "finetune": dict(optimizer="sgd", weight_decay=0.0, decay_type="cosine"),
+}
+
+VERIFY_MAX_BYTES = 4 << 30  # shards up to this size are checked record by record
+
+
+def classification_eval(split="test", every=0, batch_size=0):
+    """A `classification` evaluator: the compiled metrics on `split`, every `every`
+    steps (0: once, at the end of training; -1: never), in batches of `batch_size`
+    (0: the training batch size)."""
+    return ml_collections.ConfigDict(
+        dict(type="classification", split=split, every=every, batch_size=batch_size)
+    )
+
+
+def fewshot_eval(every=-1):
+    """A `fewshot` evaluator: ridge-regression linear probes on frozen features
+    (keras_vit.fewshot) every `every` steps (-1: never; 0: at the end only)."""
+    return ml_collections.ConfigDict(
+        dict(
+            type="fewshot",
+            every=every,
+            shots=fewshot.DEFAULT_SHOTS,
+            num_seeds=3,
+            l2=fewshot.DEFAULT_L2,
+            representation="pre_logits",  # or "token", "gap"
+            train_split="train",
+            test_split="test",
+            max_train_examples=10_000,  # 0: the whole split
+            max_test_examples=10_000,
+            batch_size=256,
+        )
+    )
+
+
+MASKED_PATCH = dict(target="rgb", bits=3, corruption_rate=0.5, mask_prob=0.8, random_prob=0.1)
 
 
 def base_config(model="ViT_B16"):
     c = ml_collections.ConfigDict()
     c.seed = 0
-    c.model = model  # keras_vit builder name, or a dict of VisionTransformer kwargs
+    # A keras_vit builder name, or a dict of VisionTransformer kwargs; either can replace
+    # the other on the command line (--config.model=ViT_Ti16).
+    c.model = config_dict.FieldReference(model, field_type=object)
     c.model_overrides = ml_collections.ConfigDict()  # e.g. dropout_rate, representation_size
     c.image_size = 224
     c.num_classes = 0  # 0: from the data's manifest.json
@@ -40,19 +92,8 @@ def base_config(model="ViT_B16"):
     c.checkpoint_every = 1000
     c.train_split = "train"
     c.train_examples = 0  # > 0: only the first N examples of train_split
-    c.fewshot_every = 0  # > 0: few-shot linear evaluation every N steps (pretrain)
-    c.fewshot = ml_collections.ConfigDict(
-        dict(  # trainers/fewshot_callback.py DEFAULTS
-            shots=(1, 5, 10, 25),
-            num_seeds=3,
-            representation="pre_logits",
-            max_train_examples=10_000,
-            max_test_examples=10_000,
-        )
-    )
-    c.eval_split = "test"
-    c.eval_batch_size = 0  # 0: batch_size
-    c.eval_every = 0  # > 0: also evaluate every N steps (RUN/eval_log.jsonl, learning curve)
+    # Evaluators by name (trainers/evaluators.py); metrics.json has <name>_<metric>.
+    c.evals = ml_collections.ConfigDict(dict(test=classification_eval(), fewshot=fewshot_eval()))
     c.input = ml_collections.ConfigDict(
         dict(
             augment="inception_crop",  # inception_crop | random_crop | none
@@ -66,9 +107,12 @@ def base_config(model="ViT_B16"):
             cutmix=placeholder(float),  # Beta alpha; None/0: off
             shard_by="examples",  # examples (exact global batches) | files (huge data)
             strict=False,  # corrupt data fatal instead of skipped + counted
-            verify_max_bytes=4 << 30,
+            verify_max_bytes=VERIFY_MAX_BYTES,
         )
     )
+    c.masked_patch = ml_collections.ConfigDict(MASKED_PATCH)  # objective="masked_patch"
+    c.pretrain = ml_collections.ConfigDict()  # what pretrain.py changes on top
+    c.finetune = ml_collections.ConfigDict()  # what finetune.py changes on top
     return c
 
 

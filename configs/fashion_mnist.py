@@ -47,8 +47,8 @@ def get_config():
     config.label_smoothing = 0.1
     config.jit_compile = True
     config.checkpoint_every = 500
-    config.eval_every = 500  # the learning curve's test accuracy
-    config.eval_batch_size = 500
+    config.evals.test.every = 500  # the learning curve's test accuracy
+    config.evals.test.batch_size = 500
     config.input.augment = "none"  # flips only: see the docstring
     config.input.flip = True
     config.input.shuffle_buffer = 60_000
@@ -64,7 +64,7 @@ def get_config():
             ema_momentum=0.99,
             optimizer="sgd",
             weight_decay=0.0,
-            eval_every=0,
+            evals=dict(test=dict(every=0)),
         )
     )
     return config

@@ -23,11 +23,9 @@ def get_config():
     config.input.augment = "random_crop"
     config.label_smoothing = 0.0
     config.jit_compile = False
-    config.eval_every = 0
+    config.evals.test.every = 0
     config.objective = "masked_patch"
-    config.masked_patch = dict(
-        target="intensity", bits=3, corruption_rate=0.5, mask_prob=0.8, random_prob=0.1
-    )
+    config.masked_patch.target = "intensity"  # the rest: configs/common.py MASKED_PATCH
     # Batch 128, cosine decay, weight decay 0.05 and the checkpoint and eval
     # intervals are configs/fashion_mnist.py's.
     config.total_steps = 1500

@@ -12,7 +12,7 @@ def get_config(model="ViT_B16"):
     c.total_steps = 20_000
     c.learning_rate = 0.03  # ImageNet grid {0.003, 0.01, 0.03} (App. B.1.1)
     c.image_size = 384  # L/16 512, H/14 518 for the headline table
-    c.eval_split = "validation"
+    c.evals = dict(validation=common.classification_eval("validation"), fewshot=c.evals.fewshot)
     c.checkpoint_every = 1000
     c.mixed_precision = True
     c.steps_per_execution = 100

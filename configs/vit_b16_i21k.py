@@ -28,7 +28,7 @@ def get_config(model="ViT_B16", hidden_size=768):
     c.checkpoint_every = 1000
     c.mixed_precision = True
     c.steps_per_execution = 100
-    c.eval_split = "validation"
+    c.evals = dict(validation=common.classification_eval("validation"), fewshot=c.evals.fewshot)
     c.input.shard_by = "files"
     c.input.shuffle_buffer = 250_000
     return c

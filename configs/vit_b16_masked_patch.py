@@ -19,9 +19,7 @@ from configs import common
 def get_config():
     config = common.base_config("ViT_B16")
     config.objective = "masked_patch"
-    config.masked_patch = dict(
-        target="rgb", bits=3, corruption_rate=0.5, mask_prob=0.8, random_prob=0.1
-    )
+    # config.masked_patch: the paper's settings, configs/common.py MASKED_PATCH.
     config.image_size = 224
     config.optimizer = "adamw"
     config.weight_decay = None  # pretrain.py's default, 0.1

@@ -48,6 +48,5 @@ def get_config(task="caltech101"):
     c.learning_rate = 0.01
     c.warmup_steps = 200
     c.checkpoint_every = 500
-    c.eval_split = "test"
     c.input.shuffle_buffer = TRAIN_EXAMPLES
     return c

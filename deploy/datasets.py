@@ -19,7 +19,9 @@ FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
 
 class DataError(ValueError):
-    """The images cannot be used with this model; the message names the file."""
+    """Data that cannot be used as given (a data directory, a record, an image, an IDX
+    file); the message names the file. The one data error of deploy/, the trainers'
+    input pipeline and tools/make_tfrecords.py."""
 
 
 def to_model_pixels(image, image_size, where):

@@ -5,9 +5,7 @@ import json
 import os
 
 import keras_vit
-
-RUN_WEIGHTS = "model.weights.h5"  # written by trainers/train_lib.export
-RUN_CONFIG = "model_config.json"  # the model's get_config()
+from keras_vit import run_directory
 
 
 class SourceError(ValueError):
@@ -15,28 +13,12 @@ class SourceError(ValueError):
 
 
 def load_run_dir(run_dir):
-    """The `keras_vit.VisionTransformer` of a trainers/ run directory:
-    RUN/model_config.json (its get_config) + RUN/model.weights.h5."""
-    if not os.path.isdir(run_dir):
-        raise SourceError(f"--run_dir={run_dir}: no such directory.")
-    paths = {name: os.path.join(run_dir, name) for name in (RUN_CONFIG, RUN_WEIGHTS)}
-    missing = [path for path in paths.values() if not os.path.isfile(path)]
-    if missing:
-        raise SourceError(
-            f"--run_dir={run_dir} is not a finished trainers/ run: missing "
-            f"{', '.join(missing)} (written at the end of training)."
-        )
+    """The `keras_vit.VisionTransformer` exported by a training run directory
+    (`keras_vit.run_directory`: RUN/model_config.json + RUN/model.weights.h5)."""
     try:
-        with open(paths[RUN_CONFIG], encoding="utf-8") as f:
-            config = json.load(f)
-    except json.JSONDecodeError as e:
-        raise SourceError(f"{paths[RUN_CONFIG]}: not valid JSON ({e}).") from e
-    try:
-        model = keras_vit.VisionTransformer.from_config(config)
-    except (TypeError, ValueError) as e:
-        raise SourceError(f"{paths[RUN_CONFIG]} does not describe a VisionTransformer: {e}") from e
-    keras_vit.load_weights(model, paths[RUN_WEIGHTS])
-    return model
+        return run_directory.RunDirectory(run_dir).read_model()
+    except run_directory.RunDirectoryError as e:
+        raise SourceError(f"--run_dir={run_dir}: {e}") from e
 
 
 def build_named(name, weights, num_classes=None, image_size=None):
@@ -90,19 +72,3 @@ def read_class_names(path, num_classes):
             f"{path} has {len(names)} class names; the model has {num_classes} classes."
         )
     return [str(name) for name in names]
-
-
-def require_logits(model, consumer, error=ValueError):
-    """Raises `error` unless `model` ends in logits (a head, no classifier activation):
-    the exports compute the softmax themselves. `consumer` names who needs them."""
-    if not getattr(model, "include_top", True):
-        raise error(
-            f"model '{model.name}' has no head (include_top=False); {consumer} needs logits."
-        )
-    activation = getattr(model, "classifier_activation", None)
-    if activation not in (None, "linear"):
-        raise error(
-            f"model '{model.name}' applies classifier_activation={activation!r} to "
-            f"its head; {consumer} computes the softmax itself from logits: build "
-            "the model with classifier_activation=None."
-        )

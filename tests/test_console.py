@@ -54,8 +54,12 @@ def test_filter_drops_library_lines_and_keeps_the_rest():
         "I0000 00:00:1796115623.599760    5852 port.cc:153] oneDNN custom operations are on.",
         "W1201 09:10:11.123456 140000 cross_device_ops.py:619] Reduce to /device:CPU:0",
         "INFO: Created TensorFlow Lite XNNPACK delegate for CPU.",
+        "E0000 00:00:1796129078.895596    8156 util.cc:131] oneDNN supports DT_INT64 only on "
+        "platforms with AVX-512. Falling back to the default Eigen-based implementation if "
+        "present.",
     ]
     kept = [
+        "E0000 00:00:1796129078.895596    8156 util.cc:131] oneDNN failed: another error stays",
         "E0000 00:00:1796115623.599760    5852 cuda.cc:1] a C++ error stays",
         "F0000 00:00:1796115623.599760    5852 check.cc:1] Check failed: a fatal line stays",
         "Traceback (most recent call last):",
@@ -109,7 +113,7 @@ def test_training_and_export_print_only_our_lines(tmp_path):
             "--config.checkpoint_every=2",
             "--strategy=mirrored",
             "--cpu_replicas=2",
-            "--config.eval_every=2",
+            "--config.evals.test.every=2",
         )
     )
     assert train.returncode == 0, train.stderr[-3000:]
@@ -117,7 +121,7 @@ def test_training_and_export_print_only_our_lines(tmp_path):
     assert not _noise(output), _noise(output)
     assert re.search(r"^training: 4/4 steps \(100%\), \d+ images/s", output, re.M), output
     assert "test accuracy:" in output
-    # eval_every=2: the test split evaluated at steps 2 and 4, and the learning curve drawn.
+    # evals.test.every=2: the test split evaluated at steps 2 and 4, and the learning curve drawn.
     evals = [json.loads(line) for line in open(os.path.join(run_dir, "eval_log.jsonl"))]
     assert [e["step"] for e in evals] == [2, 4] and all(0 <= e["accuracy"] <= 1 for e in evals)
     with open(os.path.join(run_dir, "learning_curve.png"), "rb") as f:

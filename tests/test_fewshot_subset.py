@@ -1,4 +1,4 @@
-"""trainers/fewshot_callback.FewShotEvaluator reads only the k-shot train images
+"""trainers/fewshot_evaluator.FewShotEvaluator reads only the k-shot train images
 through the model, with the same k-shot sets, features and accuracies as extracting
 the whole train split (the reference computed here with `features` + evaluate)."""
 
@@ -44,7 +44,7 @@ def model():
 
 
 def evaluator(data_dir, **options):
-    from trainers import fewshot_callback
+    from trainers import fewshot_evaluator
 
     options = {
         "shots": SHOTS,
@@ -53,7 +53,7 @@ def evaluator(data_dir, **options):
         "max_train_examples": None,
         **options,
     }
-    return fewshot_callback.FewShotEvaluator(data_dir, 28, **options)
+    return fewshot_evaluator.FewShotEvaluator(data_dir, 28, **options)
 
 
 def count_images(monkeypatch):
@@ -170,17 +170,17 @@ def test_an_unreadable_kshot_image_falls_back_to_the_whole_split(tmp_path, model
 
 def test_labels_are_read_without_the_fast_path_too(data_dir):
     """read_labels' per-record path (used when a batch does not parse) gives the same."""
-    from trainers import fewshot_callback, input_pipeline
+    from trainers import fewshot_evaluator, input_pipeline
 
     info = input_pipeline.get_split(data_dir, "train")
-    fast = fewshot_callback.read_labels(info)
+    fast = fewshot_evaluator.read_labels(info)
     with (
         open(os.devnull, "w") as devnull,
-        fewshot_callback.console.Progress(
+        fewshot_evaluator.console.Progress(
             info.num_examples, "labels", unit="record", stream=devnull
         ) as bar,
     ):
-        slow = fewshot_callback._labels_per_record(info, 50, bar)
+        slow = fewshot_evaluator._labels_per_record(info, 50, bar)
     for a, b in zip(fast, slow):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(fast[0], np.arange(N_TRAIN))

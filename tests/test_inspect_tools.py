@@ -148,41 +148,60 @@ def test_fewshot_tool_reports_every_shot_count(data_dir, run_dir, tmp_path):
     assert saved["results"]["10"]["mean"] >= 0.9, saved["results"]
 
 
-def test_fewshot_callback_evaluates_every_n_steps(data_dir):
-    from trainers import fewshot_callback
+def _evaluator_context(data_dir):
+    from trainers import evaluators, objectives
+
+    return evaluators.Context(
+        data_dir, IMAGE, NUM_CLASSES, objectives.get("classification"), None, 8, {}
+    )
+
+
+def test_fewshot_evaluator_runs_every_n_steps(data_dir):
+    import tensorflow as tf
+
+    from trainers import evaluators
 
     keras.utils.set_random_seed(4)
     model = keras_vit.VisionTransformer(**MODEL)
     model.compile(
         optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     )
-    callback = fewshot_callback.FewShotCallback(
-        data_dir, IMAGE, every_steps=2, shots=(1, 3), num_seeds=2
+    (fewshot,) = evaluators.build(
+        {"fs": dict(type="fewshot", every=2, shots=(1, 3), num_seeds=2)},
+        _evaluator_context(data_dir),
     )
+    callback = evaluators.EvaluatorCallback([fewshot])
     rng = np.random.default_rng(5)
     images = rng.uniform(-1, 1, (40, IMAGE, IMAGE, 3)).astype("float32")
     labels = rng.integers(0, NUM_CLASSES, 40)
-    history = model.fit(
-        images, labels, batch_size=8, epochs=1, steps_per_epoch=3, callbacks=[callback], verbose=0
-    )
-    assert sorted(callback.history) == [2, 3]  # every 2 steps, and at the end
-    for results in callback.history.values():
+    data = tf.data.Dataset.from_tensor_slices((images, labels)).batch(8).repeat()
+    # One "epoch" per step, as the trainers' checkpoint intervals: evaluations at 2 and 4.
+    history = model.fit(data, epochs=5, steps_per_epoch=1, callbacks=[callback], verbose=0)
+    assert sorted(fewshot.history) == [2, 4]
+    for results in fewshot.history.values():
         assert set(results) == {1, 3}
         assert all(0 <= r["mean"] <= 1 and len(r["per_seed"]) == 2 for r in results.values())
-    assert "fewshot_3shot" in history.history
+    assert [v is not None for v in history.history["fs_3shot"]] == [True, True]
+    assert fewshot.scalars[4] == {
+        "1shot": fewshot.history[4][1]["mean"],
+        "3shot": fewshot.history[4][3]["mean"],
+    }
 
 
-def test_fewshot_from_config_is_off_without_fewshot_every(data_dir):
-    import ml_collections
+def test_evaluators_from_config(data_dir):
+    from configs import common
+    from trainers import evaluators
 
-    from trainers import fewshot_callback
-
-    config = ml_collections.ConfigDict({"image_size": IMAGE, "fewshot_every": 0})
-    assert fewshot_callback.from_config(config, data_dir) is None
-    config.fewshot_every = 10
-    config.fewshot = {"shots": (1, 2), "num_seeds": 1}
-    callback = fewshot_callback.from_config(config, data_dir)
-    assert callback.every_steps == 10 and callback.evaluator.options["shots"] == (1, 2)
-    config.fewshot = {"shot": 5}
-    with pytest.raises(ValueError, match="unknown option"):
-        fewshot_callback.from_config(config, data_dir)
+    context = _evaluator_context(data_dir)
+    evals = {"test": common.classification_eval(), "fewshot": common.fewshot_eval()}
+    made = evaluators.build(evals, context)
+    assert [e.name for e in made] == ["test"]  # few-shot is off (every=-1) by default
+    evals["fewshot"].every = 10
+    evals["fewshot"].shots = (1, 2)
+    made = {e.name: e for e in evaluators.build(evals, context)}
+    assert made["fewshot"].every == 10 and made["fewshot"].evaluator.options["shots"] == (1, 2)
+    with pytest.raises(ValueError, match="config.evals.fewshot: .*unknown option"):
+        evaluators.build({"fewshot": dict(type="fewshot", every=1, shot=5)}, context)
+    with pytest.raises(ValueError, match=r"config.evals.x.type='nope': expected one of"):
+        evaluators.build({"x": dict(type="nope")}, context)
+    assert evaluators.build({"v": common.classification_eval("validation")}, context) == []

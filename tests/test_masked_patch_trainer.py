@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from configs import fashion_mnist, fashion_mnist_masked_patch  # noqa: E402
-from trainers import app, input_pipeline, objectives, testing, train_lib  # noqa: E402
+from trainers import input_pipeline, objectives, testing, train_config, train_lib  # noqa: E402
 
 TINY_MODEL = dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1, patch_size=7)
 
@@ -30,7 +30,7 @@ def _tiny(config, **keys):
         dict(
             batch_size=16,
             warmup_steps=1,
-            eval_batch_size=32,
+            evals=dict(test=dict(type="classification", split="test", every=0, batch_size=32)),
             total_steps=2,
             checkpoint_every=2,
             jit_compile=False,
@@ -60,13 +60,13 @@ def data_dir(tmp_path_factory):
 
 def test_pretrain_exports_the_plain_vit_and_finetune_loads_it(data_dir, tmp_path):
     ssl = str(tmp_path / "ssl")
-    config = app.resolve_config(_tiny(fashion_mnist_masked_patch.get_config()), "pretrain")
+    config = train_config.resolve(_tiny(fashion_mnist_masked_patch.get_config()), "pretrain")
     metrics = train_lib.run(
         config, data_dir=data_dir, model_dir=ssl, strategy=tf.distribute.get_strategy()
     )
     assert metrics["step"] == 2
     assert 0.0 <= metrics["test_accuracy"] <= 1.0
-    assert math.isfinite(metrics["eval_loss"]) and metrics["eval_loss"] < math.log(8) + 0.1
+    assert math.isfinite(metrics["test_loss"]) and metrics["test_loss"] < math.log(8) + 0.1
 
     # The pre-training state has the [mask] embedding and the per-token head ...
     checkpoint = _h5_arrays(os.path.join(ssl, "checkpoints", "latest.weights.h5"))
@@ -82,15 +82,14 @@ def test_pretrain_exports_the_plain_vit_and_finetune_loads_it(data_dir, tmp_path
     assert len(exported) == len(plain.weights)
 
     # The fine-tune loader (finetune.py --init=SSL) builds that ViT and loads it.
-    ft_config = app.resolve_config(_tiny(fashion_mnist.get_config()), "finetune")
-    make_model, weights = train_lib.model_factory(ft_config, init=ssl)
-    assert weights == os.path.join(ssl, "model.weights.h5")
+    ft_config = train_config.resolve(_tiny(fashion_mnist.get_config()), "finetune")
+    make_model = train_lib.model_factory(ft_config, init=ssl)
     finetune_model = make_model(num_classes=4)
-    train_lib.load_init(finetune_model, ssl, weights)
+    train_lib.load_init(finetune_model, ssl)
 
     # Every shared weight equals the pre-trained one (rebuilt from the checkpoint).
     objective = objectives.get("masked_patch")
-    ssl_model = objective.build_model(train_lib.model_factory(config)[0], config, 4)
+    ssl_model = objective.build_model(train_lib.model_factory(config), config, 4)
     ssl_model.load_weights(
         os.path.join(ssl, "checkpoints", "latest.weights.h5"), skip_mismatch=False
     )
@@ -106,9 +105,9 @@ def test_pretrain_exports_the_plain_vit_and_finetune_loads_it(data_dir, tmp_path
 
 
 def test_map_batch_ignores_labels_and_gives_mean_colour_targets(rng):
-    config = app.resolve_config(_tiny(fashion_mnist_masked_patch.get_config()), "pretrain")
+    config = train_config.resolve(_tiny(fashion_mnist_masked_patch.get_config()), "pretrain")
     objective = objectives.get("masked_patch")
-    model = objective.build_model(train_lib.model_factory(config)[0], config, 10)
+    model = objective.build_model(train_lib.model_factory(config), config, 10)
     assert model.num_classes == 8 and model.image_patch_size == (7, 7)
     images = tf.constant(rng.uniform(-1, 1, (2, 28, 28, 3)).astype("float32"))
     x, y = objective.map_batch(config, 10)(images, tf.constant([3, 5]))

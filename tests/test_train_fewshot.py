@@ -1,4 +1,4 @@
-"""pretrain.py --config.fewshot_every=N runs the few-shot evaluator during training."""
+"""pretrain.py --config.evals.fewshot.every=N runs the few-shot evaluator during training."""
 
 import json
 import os
@@ -18,15 +18,17 @@ def test_pretrain_reports_periodic_fewshot(tmp_path):
             "--strategy=default",
             "--config.total_steps=4",
             "--config.checkpoint_every=2",
-            "--config.fewshot_every=2",
-            "--config.fewshot.shots=(1,5)",
-            "--config.fewshot.num_seeds=2",
-            "--config.fewshot.representation=gap",
+            "--config.evals.fewshot.every=2",
+            "--config.evals.fewshot.shots=(1,5)",
+            "--config.evals.fewshot.num_seeds=2",
+            "--config.evals.fewshot.representation=gap",
         )
     )
     assert r.returncode == 0, r.stderr[-3000:]
     with open(os.path.join(run_dir, "metrics.json")) as f:
-        fewshot = json.load(f)["fewshot"]
+        metrics = json.load(f)
+    fewshot = metrics["evals"]["fewshot"]["history"]
+    assert 0 <= metrics["fewshot_5shot"] <= 1
     assert sorted(int(step) for step in fewshot) == [2, 4]
     for results in fewshot.values():
         text = json.dumps(results)

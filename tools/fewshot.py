@@ -10,7 +10,7 @@ Only the k-shot images are read through the model on the train side: the train
 labels are read first (no image decoding), the k-shot sets of every seed drawn from
 them, and features computed for their union only, at most max(shots) x classes x
 seeds images (25 x 10 x 3 = 750 of Fashion-MNIST's 60,000); the test split is
-extracted in full (up to --max_test_examples). See trainers/fewshot_callback.py.
+extracted in full (up to --max_test_examples). See trainers/fewshot_evaluator.py.
 
 Prints our lines only (trainers/console.py; KERAS_VIT_VERBOSITY=library for the
 libraries' output), a progress bar per feature extraction on stderr, one line per
@@ -31,26 +31,28 @@ if __name__ == "__main__":
 
 from absl import app, flags
 
+from configs import common
 from tools import inspect_io
 
 inspect_io.define_model_flags()
+DEFAULTS = common.fewshot_eval()  # the trainers' few-shot evaluator's defaults
 
 flags.DEFINE_string("data_dir", None, "A tools/make_tfrecords.py directory.")
-flags.DEFINE_string("train_split", "train", "Split the k-shot sets are drawn from.")
-flags.DEFINE_string("test_split", "test", "Split the accuracy is measured on.")
-flags.DEFINE_list("shots", ["1", "5", "10", "25"], "Examples per class.")
-flags.DEFINE_integer("num_seeds", 3, "Random k-shot draws (seeds 0..N-1).")
-flags.DEFINE_float("l2", 2.0**10, "Ridge strength.")
+flags.DEFINE_string("train_split", DEFAULTS.train_split, "Split the k-shot sets are drawn from.")
+flags.DEFINE_string("test_split", DEFAULTS.test_split, "Split the accuracy is measured on.")
+flags.DEFINE_list("shots", [str(k) for k in DEFAULTS.shots], "Examples per class.")
+flags.DEFINE_integer("num_seeds", DEFAULTS.num_seeds, "Random k-shot draws (seeds 0..N-1).")
+flags.DEFINE_float("l2", DEFAULTS.l2, "Ridge strength.")
 flags.DEFINE_enum(
     "representation",
-    "pre_logits",
+    DEFAULTS.representation,
     ["pre_logits", "token", "gap"],
     "Frozen features: what feeds the head, the class token or the mean "
     "of the patch tokens after the final LayerNorm.",
 )
 flags.DEFINE_integer("max_train_examples", None, "Use the first N train examples (all).")
 flags.DEFINE_integer("max_test_examples", None, "Use the first N test examples.")
-flags.DEFINE_integer("batch_size", 256, "Feature extraction batch size.")
+flags.DEFINE_integer("batch_size", DEFAULTS.batch_size, "Feature extraction batch size.")
 flags.DEFINE_string("output_json", None, "Write the results here too.")
 
 FLAGS = flags.FLAGS
@@ -58,11 +60,11 @@ FLAGS = flags.FLAGS
 
 def run(model, data_dir, batch_size=256, **options):
     """Few-shot results of `model` on `data_dir` (keras_vit.fewshot.evaluate) and a
-    dict describing the run. `options`: trainers.fewshot_callback.DEFAULTS."""
-    from trainers import fewshot_callback
+    dict describing the run. `options`: trainers.fewshot_evaluator.DEFAULTS."""
+    from trainers import fewshot_evaluator
 
     start = time.perf_counter()
-    evaluator = fewshot_callback.FewShotEvaluator(
+    evaluator = fewshot_evaluator.FewShotEvaluator(
         data_dir, model.image_size, batch_size=batch_size, **options
     )
     results = evaluator.evaluate(model)

@@ -14,17 +14,16 @@ split subfolders is one `train` split. Output is deterministic: examples are
 written in sorted (folder) or source order, shards are contiguous slices.
 """
 
-import gzip
 import json
 import logging
 import os
-import struct
 import sys
 
 import numpy as np
 from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from deploy.datasets import DataError, read_idx  # one owner of each
 from trainers import console
 
 FLAGS = flags.FLAGS
@@ -65,10 +64,6 @@ MAX_NAMED_SKIPS = 100  # the manifest names at most this many skipped examples p
 log = logging.getLogger("tools")
 
 
-class DataError(ValueError):
-    """An image that does not decode, under --strict."""
-
-
 def _tf():
     import tensorflow as tf
 
@@ -96,15 +91,6 @@ def make_example(encoded, labels):
 
 
 # --- sources: each returns {split: (count, iterator of (encoded, labels))}, class names, multi_label
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    (magic,) = struct.unpack(">I", data[:4])
-    ndim = magic & 0xFF
-    shape = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
 def fashion_mnist_source(directory):

@@ -30,26 +30,11 @@ flags.DEFINE_integer(
     "Split the CPU into N logical devices (mirrored / auto without accelerators).",
 )
 
-# Defaults each trainer brings (docs/design.md, "Recipes") for keys a config leaves None.
-DEFAULTS = {
-    "pretrain": dict(optimizer="adamw", weight_decay=0.1, decay_type="linear"),
-    "finetune": dict(optimizer="sgd", weight_decay=0.0, decay_type="cosine"),
-}
 
-
-def resolve_config(config, mode):
-    """The config this trainer runs: config, then its `<mode>` section, then defaults."""
-    import ml_collections
-
-    values = config.to_dict()
-    section = values.pop(mode, None) or {}
-    for other in DEFAULTS:
-        values.pop(other, None)
-    values.update(section)
-    for k, v in DEFAULTS[mode].items():
-        if values.get(k) is None:
-            values[k] = v
-    return ml_collections.ConfigDict(values)
+def _fail(message, code):
+    absl_logging.error("%s", message)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(code)
 
 
 def main(mode):
@@ -65,12 +50,19 @@ def main(mode):
             )
         console.setup()  # again: absl raised its own verbosity to INFO parsing the flags
         # The strategy first: logical CPUs and collectives must be set up before TF starts.
-        from trainers import input_pipeline, train_lib
+        from keras_vit.checkpoint import CheckpointError
+        from keras_vit.run_directory import RunDirectoryError
+        from trainers import input_pipeline, train_config, train_lib
         from trainers import strategy as strategy_lib
 
         try:
+            config = train_config.resolve(
+                FLAGS.config, mode, config_flags.get_override_values(FLAGS["config"])
+            )
+        except (ValueError, TypeError, KeyError) as e:
+            raise app.UsageError(str(e)) from e
+        try:
             strategy = strategy_lib.make_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.cpu_replicas)
-            config = resolve_config(FLAGS.config, mode)
             train_lib.run(
                 config,
                 data_dir=FLAGS.data_dir,
@@ -79,14 +71,12 @@ def main(mode):
                 mode=mode,
                 init=FLAGS.init,
             )
-        except (
-            strategy_lib.NoTPUError,
-            input_pipeline.DataError,
-            train_lib.TrainingDivergedError,
-        ) as e:
-            absl_logging.error("%s", e)
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(2 if not isinstance(e, train_lib.TrainingDivergedError) else 3)
+        except (CheckpointError, RunDirectoryError) as e:  # --init does not fit the config
+            _fail(f"--init={FLAGS.init}: {e}{train_lib.init_hint(FLAGS.init)}", 2)
+        except (strategy_lib.NoTPUError, input_pipeline.DataError) as e:
+            _fail(e, 2)
+        except train_lib.TrainingDivergedError as e:
+            _fail(e, 3)
 
     if mode == "finetune":
         flags.DEFINE_string(

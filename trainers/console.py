@@ -51,6 +51,10 @@ def verbosity():
 _DROP = (
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are "
     r"written to STDERR|[IW]\d{4} [0-9:.]+ +\d+ [^ ]+:\d+\] .*"
+    # An ERROR-level line that only reports a kernel fallback (TF 2.21, int64 ops in
+    # tf.data on some CPUs): nothing for the user to act on.
+    r"|E\d{4} [0-9:.]+ +\d+ util\.cc:\d+\] oneDNN supports DT_INT64 only on platforms "
+    r"with AVX-512\. Falling back to the default Eigen-based implementation if present\."
     r"|INFO: .*)$"
 )  # TFLite's own INFO lines ("Created TensorFlow Lite XNNPACK ...")
 _FILTER = f"""

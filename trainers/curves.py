@@ -1,16 +1,6 @@
 """The learning curve of a run as a PNG: train loss and eval accuracy against step."""
 
-import json
-import os
-
-import tensorflow as tf
-
-
-def _read_jsonl(path):
-    if not path or not tf.io.gfile.exists(path):
-        return []
-    with tf.io.gfile.GFile(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+from keras_vit.run_directory import RunDirectory, open_file
 
 
 def _by_step(records, key):
@@ -18,11 +8,14 @@ def _by_step(records, key):
     return dict(sorted((int(r["step"]), float(r[key])) for r in records if key in r))
 
 
-def write_learning_curve(train_log, eval_log, path, final=None, metric="accuracy", split="test"):
-    """Draws train loss (left axis, per checkpoint interval) and the eval `metric` (right
-    axis: every `eval_every` steps, and `final` = (step, value) of the final evaluation,
-    the EMA weights' when EMA is on) against step into `path`. Returns `path`, or None when
-    there is nothing to draw or matplotlib is missing."""
+def write_learning_curve(run, name=None, final=None, metric="accuracy", split="test"):
+    """Draws train loss (left axis, per checkpoint interval, from RUN/train_log.jsonl)
+    and the `metric` of evaluator `name` (right axis: its periodic results in
+    RUN/eval_log.jsonl, and `final` = (step, value) of the final evaluation, the EMA
+    weights' when EMA is on) against step into RUN/learning_curve.png (`run`: a
+    keras_vit.run_directory.RunDirectory). Returns the path, or None when there is
+    nothing to draw or matplotlib is missing."""
+    path = run.learning_curve
     try:
         import matplotlib
 
@@ -30,8 +23,9 @@ def write_learning_curve(train_log, eval_log, path, final=None, metric="accuracy
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    loss = _by_step(_read_jsonl(train_log), "loss")
-    accuracy = _by_step(_read_jsonl(eval_log), metric)
+    loss = _by_step(RunDirectory.read_jsonl(run.train_log), "loss")
+    records = [r for r in RunDirectory.read_jsonl(run.eval_log) if r.get("name") == name]
+    accuracy = _by_step(records, metric)
     if not loss:
         return None
     fig, left = plt.subplots(figsize=(6.4, 3.6))
@@ -62,8 +56,8 @@ def write_learning_curve(train_log, eval_log, path, final=None, metric="accuracy
     left.legend(handles, [h.get_label() for h in handles], loc="center right", fontsize=8)
     left.grid(alpha=0.3)
     fig.tight_layout()
-    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-    with tf.io.gfile.GFile(path, "wb") as f:
+    run.makedirs()
+    with open_file(path, "wb") as f:
         fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     return path

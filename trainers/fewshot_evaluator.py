@@ -1,10 +1,9 @@
 """Few-shot linear evaluation of a model on a tools/make_tfrecords.py directory:
-`FewShotEvaluator` (used by tools/fewshot.py) and `FewShotCallback`, the periodic
-evaluator of the trainers (`--config.fewshot_every=N`).
+`FewShotEvaluator`, behind the `fewshot` evaluator of trainers/evaluators.py (the
+trainers' `config.evals`, and tools/fewshot.py).
 
-Every `every_steps` optimizer steps (and at the end of training) the frozen
-features are extracted and `keras_vit.fewshot.evaluate` fits the big_vision ridge
-classifiers on k-shot subsets. Only the k-shot images are read through the model
+The frozen features are extracted and `keras_vit.fewshot.evaluate` fits the
+big_vision ridge classifiers on k-shot subsets. Only the k-shot images are read through the model
 on the train side: the train split's labels are read once (the label feature of
 each record only, no image decoding), the k-shot sets of every seed are drawn
 from them (`keras_vit.fewshot.fewshot_indices`, the same sets as drawing from the
@@ -21,15 +20,9 @@ An undecodable image outside the k-shot sets is not noticed: the draws then inde
 the records with a readable label, a shift of the later indices from what full
 extraction would number them (still k balanced, seeded examples per class).
 
-Results go to the next epoch-end logs (`fewshot_{k}shot`, the mean over
-seeds, in [0, 1]), to the "trainers" logger, to TensorBoard under `summary_dir` (fewshot/{k}shot) and to
-`self.history` ({step: results}).
-
-Config keys read by `from_config` (all optional but `fewshot_every`):
-  fewshot_every: N steps; 0/None disables the evaluator.
-  fewshot: dict(shots=(1, 5, 10, 25), num_seeds=3, l2=2**10,
-                representation='pre_logits', train_split='train', test_split='test',
-                max_train_examples=10_000, max_test_examples=10_000, batch_size=256)
+Options (defaults: configs/common.py `fewshot_eval`): shots, num_seeds, l2,
+representation ('pre_logits' | 'token' | 'gap'), train_split, test_split,
+max_train_examples, max_test_examples (0: the whole split), batch_size.
 """
 
 import logging
@@ -38,23 +31,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from configs import common
 from keras_vit import fewshot
 from trainers import console, input_pipeline
-from trainers.summaries import write_scalar
 
 log = logging.getLogger("trainers")
 
-DEFAULTS = dict(
-    shots=fewshot.DEFAULT_SHOTS,
-    num_seeds=3,
-    l2=fewshot.DEFAULT_L2,
-    representation="pre_logits",
-    train_split="train",
-    test_split="test",
-    max_train_examples=10_000,
-    max_test_examples=10_000,
-    batch_size=256,
-)
+DEFAULTS = {k: v for k, v in common.fewshot_eval().items() if k not in ("type", "every")}
 
 
 def _first(info, max_examples):
@@ -324,105 +307,3 @@ class FewShotEvaluator:
             num_classes=self.num_classes,
             train_indices=indices,
         )
-
-
-class FewShotCallback(keras.callbacks.Callback):
-    """Runs few-shot linear evaluation every `every_steps` training steps.
-
-    Args:
-      data_dir: a tools/make_tfrecords.py directory.
-      image_size: the model's input size (int or (H, W)).
-      every_steps: evaluate when the optimizer step count crosses a multiple of it.
-      num_classes: default: the manifest's.
-      vit: the VisionTransformer to read features from; default: the trained model.
-      summary_dir: TensorBoard directory, or None.
-      **options: see DEFAULTS.
-    """
-
-    def __init__(
-        self,
-        data_dir,
-        image_size,
-        every_steps,
-        num_classes=None,
-        vit=None,
-        summary_dir=None,
-        **options,
-    ):
-        super().__init__()
-        if int(every_steps) < 1:
-            raise ValueError(f"fewshot_every must be >= 1, got {every_steps}")
-        self.evaluator = FewShotEvaluator(data_dir, image_size, num_classes, **options)
-        self.every_steps = int(every_steps)
-        self.vit = vit
-        self.history = {}
-        self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
-        self._start_step = 0
-        self._last_step = None
-        self._unreported = {}
-
-    def _step(self):
-        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-
-    def _run(self, step):
-        results = self.evaluator.evaluate(self.vit or self.model)
-        self.history[step] = results
-        self._last_step = step
-        log.info(
-            "step %d few-shot: %s",
-            step,
-            "; ".join(f"{k}-shot {100 * r['mean']:.2f}%" for k, r in sorted(results.items())),
-        )
-        self._unreported = {f"fewshot_{k}shot": r["mean"] for k, r in results.items()}
-        if self._writer is not None:
-            with self._writer.as_default(step=step):
-                for k, r in results.items():
-                    write_scalar(f"fewshot/{k}shot", r["mean"], step)
-                    write_scalar(f"fewshot/{k}shot_std", r["std"], step)
-            self._writer.flush()
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = self._step()
-        previous = self._last_step if self._last_step is not None else self._start_step
-        if step // self.every_steps > previous // self.every_steps:
-            self._run(step)
-
-    def on_epoch_end(self, epoch, logs=None):
-        if logs is not None:  # the latest results, once, into the epoch's logs (History)
-            logs.update(self._unreported)
-        self._unreported = {}
-
-    def on_train_begin(self, logs=None):
-        self._start_step = self._step()
-
-    def on_train_end(self, logs=None):
-        step = self._step()
-        if step != self._last_step and step != self._start_step:
-            self._run(step)
-
-
-def from_config(config, data_dir, summary_dir=None, num_classes=None):
-    """A FewShotCallback from a trainer config, or None when `fewshot_every` is 0/absent."""
-    every = config.get("fewshot_every")
-    if not every:
-        return None
-    options = config.get("fewshot") or {}
-    options = dict(options.to_dict() if hasattr(options, "to_dict") else options)
-    return FewShotCallback(
-        data_dir,
-        config.image_size,
-        every,
-        num_classes=num_classes,
-        summary_dir=summary_dir,
-        **options,
-    )
-
-
-__all__ = [
-    "DEFAULTS",
-    "FewShotCallback",
-    "FewShotEvaluator",
-    "from_config",
-    "read_labels",
-    "subset_dataset",
-]

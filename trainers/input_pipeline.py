@@ -34,14 +34,15 @@ import os
 
 import tensorflow as tf
 
+from configs.common import VERIFY_MAX_BYTES
+from deploy import datasets
 from trainers import augment as augment_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
 MEAN, SCALE = 127.5, 127.5  # [0, 255] -> [-1, 1], as the official code.
 
 
-class DataError(ValueError):
-    """The data directory is missing, empty or unusable."""
+DataError = datasets.DataError  # a data directory that is missing, empty or unusable
 
 
 @dataclasses.dataclass
@@ -96,7 +97,7 @@ def _scan(path, expected, strict):
     return n, None
 
 
-def get_split(data_dir, split, strict=False, verify_max_bytes=4 << 30):
+def get_split(data_dir, split, strict=False, verify_max_bytes=VERIFY_MAX_BYTES):
     """Locates a split's shards; scans them for corruption when they are small enough."""
     manifest = read_manifest(data_dir)
     splits = manifest.get("splits", {})
@@ -284,7 +285,7 @@ def train_dataset(
     split="train",
     num_classes=None,
     multi_label=False,
-    verify_max_bytes=4 << 30,
+    verify_max_bytes=VERIFY_MAX_BYTES,
     prefetch=True,
     batch_fn=None,
     max_examples=0,
@@ -407,7 +408,7 @@ def eval_dataset(
     num_classes=None,
     multi_label=False,
     drop_remainder=False,
-    verify_max_bytes=4 << 30,
+    verify_max_bytes=VERIFY_MAX_BYTES,
     batch_fn=None,
     info=None,
 ):

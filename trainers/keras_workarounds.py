@@ -1,8 +1,21 @@
 """Workarounds of Keras behaviours the trainers need, fenced in one place.
 
-Each one names the Keras behaviour it answers and is tested (tests/test_grad_accum.py).
-They use Keras internals, so they are written against the Keras versions in
-TESTED_KERAS; `check_keras_version` warns on any other.
+Each one names the Keras behaviour it answers and has a test that fails when it stops
+working and one that fails when Keras no longer needs it (tests/test_keras_workarounds.py,
+tests/test_grad_accum.py). They use Keras internals, so they are written against the
+Keras versions in TESTED_KERAS; `check_keras_version` warns on any other (and fails in
+CI, where CI=true). The library has one more, kept in the library because keras_vit
+does not import the trainers: `VisionTransformer._resolve_auto_jit_compile`
+(keras_vit/compilation.py).
+
+1. `ClipAfterAllReduce` (trainers/optimizers.py): Keras 3 clips in `Optimizer.apply`
+   before the TF backend all-reduces gradients across replicas, so `global_clipnorm`
+   clips each replica's partial gradient and a 2-replica run differs from a 1-device
+   run on the same global batch. The mixin clips in `_all_reduce_sum_gradients`, after
+   the all-reduce: the official semantics (the gradient of the global-batch loss).
+2. `prepare_multi_worker_fit`: Keras 3.15's `fit` under MultiWorkerMirroredStrategy
+   fails twice; see its docstring.
+3. `accumulate_gradients`: below.
 
 Gradient accumulation (`config.grad_accum_steps=N`). Keras has its own
 (`Optimizer(gradient_accumulation_steps=N)`), but it does not give the semantics the
@@ -22,6 +35,7 @@ the big batch's (the mean of N micro-batch means is the batch mean). Global-norm
 (trainers/optimizers.py) acts on that mean, after the all-reduce.
 """
 
+import os
 import warnings
 
 import keras
@@ -30,8 +44,11 @@ import tensorflow as tf
 TESTED_KERAS = ("3.15",)  # major.minor versions these workarounds were written against
 
 
-def check_keras_version(version=None, strict=False):
-    """Warns (raises with `strict`, as CI does) when Keras is not a tested version."""
+def check_keras_version(version=None, strict=None):
+    """Warns when Keras is not a tested version; raises with `strict` (default: in CI,
+    the environment's CI=true)."""
+    if strict is None:
+        strict = os.environ.get("CI", "").lower() == "true"
     version = version or keras.__version__
     if ".".join(version.split(".")[:2]) not in TESTED_KERAS:
         message = (
@@ -115,3 +132,57 @@ def accumulate_gradients(model, steps):
 
     model.train_step = train_step
     model.train_function = None  # rebuilt with this step by the next fit
+
+
+class ClipAfterAllReduce:
+    """Optimizer mixin: `clip_global_norm` applied to the summed (cross-replica)
+    gradient (workaround 1 of the module docstring)."""
+
+    def __init__(self, *args, clip_global_norm=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.clip_global_norm = clip_global_norm
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        grads_and_vars = super()._all_reduce_sum_gradients(grads_and_vars)
+        if not self.clip_global_norm:
+            return grads_and_vars
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        clipped, _ = tf.clip_by_global_norm([g for g, _ in pairs], self.clip_global_norm)
+        clipped = iter(clipped)
+        return [(None, v) if g is None else (next(clipped), v) for g, v in grads_and_vars]
+
+    def get_config(self):
+        return {**super().get_config(), "clip_global_norm": self.clip_global_norm}
+
+
+def prepare_multi_worker_fit(model, strategy, batch):
+    """Makes `model.fit` work under MultiWorkerMirroredStrategy (Keras 3.15):
+
+    - its `_maybe_symbolic_build` calls `strategy.reduce` on the whole (x, y) batch
+      structure, which the collective strategy cannot convert ("Attempt to convert a
+      value (PerReplica...)"): loss, metrics and optimizer are built here from one
+      local `batch` instead, and that step is skipped for this model;
+    - `reduce_per_replica` reduces scalar logs with strategy.reduce(MEAN, v, axis=0)
+      under the collective strategy ("Invalid reduction dimension 0 for input with 0
+      dimensions"): scalars are reduced with axis=None instead (patched once per
+      process, for every model).
+    """
+    check_keras_version()
+    with strategy.scope():
+        model._symbolic_build(data_batch=batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    if getattr(tf_trainer.reduce_per_replica, "_keras_vit_patched", False):
+        return
+    original = tf_trainer.reduce_per_replica
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and tf_trainer._collective_all_reduce_multi_worker(
+            strategy
+        ):
+            return tf.nest.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica._keras_vit_patched = True
+    tf_trainer.reduce_per_replica = reduce_per_replica

@@ -5,7 +5,7 @@
 
 The labels in DATA are ignored: the targets are the 3-bit mean colours of the
 patches (`keras_vit.masked_patch`), computed from each (augmented) batch inside
-tf.data. Config keys (`config.masked_patch`): target ('rgb' | 'intensity'), bits,
+tf.data. Config keys (`config.masked_patch`, defaults in configs/common.py): target ('rgb' | 'intensity'), bits,
 corruption_rate, mask_prob, random_prob.
 
 Reported metrics: `accuracy` (the fraction of corrupted patches whose mean-colour
@@ -18,10 +18,11 @@ task model's `backbone`), so `trainers/finetune.py --init=RUN` starts from them.
 import keras
 import ml_collections
 
+from configs import common
 from keras_vit import masked_patch
 from trainers import objectives
 
-DEFAULTS = dict(target="rgb", bits=3, corruption_rate=0.5, mask_prob=0.8, random_prob=0.1)
+DEFAULTS = common.MASKED_PATCH
 
 
 def options(config):
@@ -74,6 +75,6 @@ class MaskedPatch(objectives.Objective):
                 masked_patch.masked_patch_accuracy, name=self.metric_name
             ),
             keras.metrics.MeanMetricWrapper(
-                masked_patch.masked_patch_cross_entropy, name="cross_entropy"
+                masked_patch.masked_patch_cross_entropy, name=self.loss_metric_name
             ),
         ]

@@ -9,10 +9,11 @@ decorate it with `@register("masked_patch")`:
       `make_model(**overrides)` builds the configured ViT; wrap or extend it here.
   map_batch(config, num_classes) -> fn((images, labels)) -> (inputs, targets) | None
       applied to each per-replica batch inside tf.data (targets may come from images).
-  loss(config) / metrics(config): handed to `model.compile`; include a metric named
-      "cross_entropy" (per-example loss, so evaluation's zero-weight padding is
-      excluded; reported as eval_loss).
-  metric_name: the accuracy-like metric reported as train/eval accuracy.
+  loss(config) / metrics(config): handed to `model.compile`; metrics include one named
+      `metric_name` and one named `loss_metric_name` (the per-example loss, so that
+      evaluation's zero-weight padding is excluded).
+  metric_name: the accuracy-like metric, reported as train and eval accuracy.
+  loss_metric_name: the loss the `classification` evaluator reports as `<name>_loss`.
 """
 
 import keras
@@ -42,6 +43,7 @@ def get(name):
 class Objective:
     name = None
     metric_name = "accuracy"
+    loss_metric_name = "cross_entropy"
 
     def build_model(self, make_model, config, num_classes):
         return make_model(num_classes=num_classes)
@@ -111,6 +113,6 @@ class Classification(Objective):
         return [
             keras.metrics.MeanMetricWrapper(top1_accuracy, name=self.metric_name),
             keras.metrics.MeanMetricWrapper(
-                self.loss(config, reduction=None), name="cross_entropy"
+                self.loss(config, reduction=None), name=self.loss_metric_name
             ),
         ]

@@ -8,6 +8,8 @@ import sys
 
 import numpy as np
 
+from keras_vit.run_directory import RunDirectory
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 
@@ -20,7 +22,7 @@ TINY = [
     "--config.model.patch_size=7",
     "--config.batch_size=16",
     "--config.warmup_steps=1",
-    "--config.eval_batch_size=64",
+    "--config.evals.test.batch_size=64",
     "--config.deterministic_ops=True",
     "--config.jit_compile=False",
 ]  # XLA does not run under MirroredStrategy on CPUs
@@ -95,7 +97,7 @@ def free_ports(n):
 
 
 def train_log(model_dir):
-    with open(os.path.join(model_dir, "train_log.jsonl")) as f:
+    with open(RunDirectory(model_dir).train_log) as f:
         return [json.loads(l) for l in f]
 
 
@@ -104,7 +106,7 @@ def load_weights(model_dir):
     import h5py
 
     out = []
-    with h5py.File(os.path.join(model_dir, "model.weights.h5"), "r") as f:
+    with h5py.File(RunDirectory(model_dir).weights, "r") as f:
         f.visititems(
             lambda name, obj: out.append((name, obj[()])) if hasattr(obj, "shape") else None
         )

@@ -1,0 +1,216 @@
+"""Evaluators declared in the config, big_vision style: `config.evals` maps names to
+a `type` and its settings, e.g. (configs/common.py has the defaults)
+
+    config.evals.test = dict(type="classification", split="test", every=500)
+    config.evals.fewshot = dict(type="fewshot", every=1000, shots=(1, 5, 10, 25))
+
+`every`: run every N optimizer steps (at the end of the checkpoint interval that
+reaches the multiple: evaluations never interrupt an interval) and once after
+training; 0: after training only; -1: never. After training the model has its
+final weights (the EMA's when EMA is on); periodic runs see the current weights.
+
+Each type is a small class here, registered by name; `build(config, context)`
+makes the configured ones, `EvaluatorCallback` runs them during `fit`, and
+tools/fewshot.py uses the `fewshot` one alike. An evaluator's `run(model)` returns
+{metric: float} for logs and metrics.json, and keeps its full results in
+`self.last`. Results are written to RUN/eval_log.jsonl ({"step", "name", metrics}),
+TensorBoard (RUN/tensorboard/<name>) and metrics.json (`<name>_<metric>`, and
+`evals.<name>` with every run's results by step).
+"""
+
+import dataclasses
+import logging
+
+import keras
+import tensorflow as tf
+
+from configs import common
+from trainers import fewshot_evaluator, input_pipeline
+from trainers.summaries import write_scalar
+
+log = logging.getLogger("trainers")
+
+TYPES = {}
+
+
+def register(name):
+    def wrap(cls):
+        TYPES[name] = cls
+        cls.type = name
+        return cls
+
+    return wrap
+
+
+@dataclasses.dataclass
+class Context:
+    """What evaluators share: the data, the model's input size, the objective and the
+    strategy (for batch sizes), the training batch and the pipeline's settings."""
+
+    data_dir: str
+    image_size: object
+    num_classes: int
+    objective: object
+    strategy: object
+    batch_size: int
+    pipeline: dict  # eval_dataset keyword arguments (image_size, strict, batch_fn, ...)
+
+
+class Evaluator:
+    """One named evaluation: `run(model) -> {metric: float}` (see module docstring)."""
+
+    type = None
+
+    def __init__(self, name, every, context, **settings):
+        self.name, self.every, self.context = name, int(every), context
+        self.history = {}  # step -> full results
+        self.scalars = {}  # step -> {metric: float}
+        self.last = None
+
+    def run(self, model):
+        raise NotImplementedError
+
+    def record(self, step, results, scalars):
+        self.last = results
+        if step is not None:
+            self.history[int(step)] = results
+            self.scalars[int(step)] = scalars
+        return scalars
+
+
+@register("classification")
+class Classification(Evaluator):
+    """The compiled metrics (the objective's) of the model on `split`:
+    {'accuracy' (objective.metric_name), 'loss' (objective.loss_metric_name, the
+    per-example loss, padding excluded)}. A split the data does not have is skipped
+    with a warning (`run` returns {})."""
+
+    def __init__(self, name, every, context, split="test", batch_size=0):
+        super().__init__(name, every, context)
+        self.split = split
+        self.batch_size = int(batch_size or context.batch_size)
+        self._dataset = None
+
+    def available(self):
+        splits = input_pipeline.read_manifest(self.context.data_dir).get("splits", {})
+        return self.split in splits
+
+    def dataset(self):
+        if self._dataset is None:
+            ctx = self.context
+            info = input_pipeline.get_split(
+                ctx.data_dir,
+                self.split,
+                ctx.pipeline.get("strict", False),
+                ctx.pipeline.get("verify_max_bytes", common.VERIFY_MAX_BYTES),
+            )
+            replicas = ctx.strategy.num_replicas_in_sync
+            batch = min(self.batch_size, -(-info.num_examples // replicas) * replicas)
+            batch = max(batch - batch % replicas, replicas)
+            self._dataset = input_pipeline.eval_dataset(
+                ctx.data_dir,
+                batch_size=batch,
+                split=self.split,
+                drop_remainder=isinstance(ctx.strategy, tf.distribute.TPUStrategy),
+                info=info,
+                **ctx.pipeline,
+            )
+        return self._dataset
+
+    def run(self, model, step=None):
+        results = model.evaluate(self.dataset(), return_dict=True, verbose=0)
+        objective = self.context.objective
+        scalars = {
+            objective.metric_name: float(results[objective.metric_name]),
+            "loss": float(results[objective.loss_metric_name]),
+        }
+        return self.record(step, {k: float(v) for k, v in results.items()}, scalars)
+
+
+@register("fewshot")
+class FewShot(Evaluator):
+    """Few-shot linear probes on frozen features (trainers/fewshot_evaluator.py):
+    {'<k>shot': mean accuracy over seeds}; `last` has per-seed results."""
+
+    def __init__(self, name, every, context, **options):
+        super().__init__(name, every, context)
+        self.evaluator = fewshot_evaluator.FewShotEvaluator(
+            context.data_dir, context.image_size, context.num_classes, **options
+        )
+        self.vit = None  # the ViT whose features are read; default: the trained model
+
+    def run(self, model, step=None):
+        results = self.evaluator.evaluate(self.vit or getattr(model, "backbone", model))
+        scalars = {f"{k}shot": r["mean"] for k, r in sorted(results.items())}
+        log.info(
+            "step %s few-shot: %s",
+            step,
+            "; ".join(f"{k}-shot {100 * r['mean']:.2f}%" for k, r in sorted(results.items())),
+        )
+        return self.record(step, results, scalars)
+
+
+def build(evals, context):
+    """The evaluators of `config.evals` whose `every` is not -1, in name order."""
+    made = []
+    for name in sorted(evals or {}):
+        settings = dict(evals[name])
+        kind = settings.pop("type", None)
+        if kind not in TYPES:
+            raise ValueError(
+                f"config.evals.{name}.type={kind!r}: expected one of {', '.join(sorted(TYPES))}"
+            )
+        every = int(settings.pop("every", 0))
+        if every < 0:
+            continue
+        try:
+            evaluator = TYPES[kind](name, every, context, **settings)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"config.evals.{name}: {e}") from e
+        if isinstance(evaluator, Classification) and not evaluator.available():
+            log.warning("config.evals.%s: the data has no split %r; skipped", name, evaluator.split)
+            continue
+        made.append(evaluator)
+    return made
+
+
+class EvaluatorCallback(keras.callbacks.Callback):
+    """Runs the periodic evaluators at the end of each checkpoint interval that
+    reached a multiple of their `every`; results to the epoch's logs
+    (`<name>_<metric>`), RUN/eval_log.jsonl, TensorBoard and the evaluator's history."""
+
+    def __init__(self, evaluators, run_dir=None, chief=True):
+        super().__init__()
+        self.evaluators = [e for e in evaluators if e.every > 0]
+        self.run_dir, self.chief = run_dir, chief
+        self._last = {}
+
+    def _step(self):
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+    def on_train_begin(self, logs=None):
+        start = self._step()
+        self._last = {e.name: start for e in self.evaluators}
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = self._step()
+        for evaluator in self.evaluators:
+            if step // evaluator.every > self._last[evaluator.name] // evaluator.every:
+                self._last[evaluator.name] = step
+                scalars = evaluate(evaluator, self.model, step, self.run_dir, self.chief)
+                if logs is not None:
+                    logs.update({f"{evaluator.name}_{k}": v for k, v in scalars.items()})
+
+
+def evaluate(evaluator, model, step, run_dir=None, chief=True):
+    """`evaluator.run(model)`, written to the run's eval log and TensorBoard."""
+    scalars = evaluator.run(model, step)
+    log.debug("step %d %s: %s", step, evaluator.name, scalars)
+    if run_dir is not None and chief and scalars:
+        run_dir.append_jsonl(run_dir.eval_log, {"step": step, "name": evaluator.name, **scalars})
+        writer = tf.summary.create_file_writer(run_dir.tensorboard(evaluator.name))
+        with writer.as_default(step=step):
+            for k, v in scalars.items():
+                write_scalar(f"{evaluator.name}/{k}", v, step)
+        writer.flush()
+    return scalars
