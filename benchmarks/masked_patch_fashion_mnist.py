@@ -1,25 +1,23 @@
-r"""Masked patch pre-training vs. training from scratch, Fashion-MNIST, 1,000 labels.
+r"""Masked patch pre-training vs. training from scratch, Fashion-MNIST, 1,000 labels,
+one architecture for both (the masked-patch config's model), several seeds.
 
   python benchmarks/masked_patch_fashion_mnist.py --data_dir=DATA --work_dir=WORK \
-      [--output_json=WORK/results.json]
+      [--seeds=0,1,2] [--adamw_baseline] [--output_json=WORK/results.json]
 
 Runs, one after the other (each skipped when WORK/<name>/metrics.json exists):
-  ssl            trainers/pretrain.py --config=configs/fashion_mnist_masked_patch.py
-                 (the 60,000 training images, labels unused)
-  ft_ssl         trainers/finetune.py --config=configs/fashion_mnist.py --init=ssl
-                 --config.train_examples=1000
-  init_random    a freshly initialised model of the same config, exported as a RUN
-  ft_scratch     the same finetune.py command with --init=init_random: the same
-                 model, data, recipe and budget, without pre-training
-  fewshot        tools/fewshot.py (1/5/10/25 shots, 3 seeds) on the frozen
-                 representations of ssl and init_random
-  scratch_adamw  (--adamw_baseline) configs/fashion_mnist.py's from-scratch recipe
-                 (pretrain.py: AdamW, lr 2e-3, weight decay 0.05, no EMA) for the same
-                 500 steps of 128 images on the same 1,000 examples (warmup 50)
-  ft_ssl_adamw,  (--adamw_baseline) that recipe as finetune.py overrides
-  ft_scratch_adamw  (ADAMW_FINETUNE), from ssl and from init_random
-Prints a table and writes JSON, both naming the machine (benchmarks/machine.py: CPU
-kinds differ up to 4x). Measurements, not pass/fail.
+  ssl              trainers/pretrain.py --config=configs/fashion_mnist_masked_patch.py
+                   (the 60,000 training images, labels unused), once
+  init_random_<s>  that config's model as initialised with seed s, exported as a RUN
+  ft_ssl_<s>       trainers/finetune.py --config=configs/fashion_mnist.py --init=ssl
+                   --config.train_examples=1000 --config.seed=s
+  ft_scratch_<s>   the same command with --init=init_random_<s>: the same model,
+                   data, recipe and budget, without pre-training
+  (--adamw_baseline) ft_ssl_adamw_<s>, ft_scratch_adamw_<s>: the same with
+                   configs/fashion_mnist.py's from-scratch recipe (AdamW) as
+                   finetune.py overrides (ADAMW_FINETUNE)
+finetune.py --init=RUN builds the RUN's own model, so every fine-tuning run here
+trains the same architecture. Prints mean +- std over seeds and writes JSON, both
+naming the machine (benchmarks/machine.py). Measurements, not pass/fail.
 """
 
 import json
@@ -43,7 +41,8 @@ flags.DEFINE_string("work_dir", None, "Where the runs go.")
 flags.DEFINE_integer("train_examples", 1000, "Labelled training examples for fine-tuning.")
 flags.DEFINE_string("output_json", None, "Results file (default WORK/results.json).")
 flags.DEFINE_list("extra", [], "Extra --config.KEY=VALUE flags for every run.")
-flags.DEFINE_bool("adamw_baseline", True, "Also run the AdamW from-scratch baseline.")
+flags.DEFINE_bool("adamw_baseline", False, "Also compare with the AdamW recipe.")
+flags.DEFINE_list("seeds", ["0", "1", "2"], "Fine-tuning seeds (and scratch init seeds).")
 FLAGS = flags.FLAGS
 
 PY = sys.executable
@@ -79,62 +78,42 @@ def _trainer(trainer, config, name, *extra):
     ]
 
 
-def _export_random_init(name):
-    """RUN dir of the configs/fashion_mnist.py model as initialised (seed 0)."""
+def _export_random_init(name, seed):
+    """RUN dir of configs/fashion_mnist_masked_patch.py's model (the pre-trained one's
+    architecture) as initialised with `seed`."""
     run_dir = os.path.join(FLAGS.work_dir, name)
     if os.path.exists(os.path.join(run_dir, "model.weights.h5")):
         return run_dir
     import keras
 
-    from configs import fashion_mnist
+    from configs import fashion_mnist_masked_patch
     from trainers import train_lib
 
-    config = fashion_mnist.get_config()
-    keras.utils.set_random_seed(int(config.seed))
-    model = train_lib.model_factory(config)[0](num_classes=10)
-    os.makedirs(run_dir, exist_ok=True)
+    config = fashion_mnist_masked_patch.get_config()
+    keras.utils.set_random_seed(int(seed))
+    model = train_lib.model_factory(config)(num_classes=10)
     train_lib.export(model, run_dir)
     return run_dir
 
 
-def _raw_test_accuracy(run_dir):
-    """Test accuracy of a run's final *raw* weights (RUN/checkpoints; the export holds
-    the EMA weights when ema_momentum > 0). EMA never feeds back into training, so
-    this is what the same run with ema_momentum=0 reports."""
+def _mean_std(values):
     import numpy as np
 
-    import keras_vit
-    from trainers import input_pipeline
-
-    with open(os.path.join(run_dir, "model_config.json")) as f:
-        model = keras_vit.VisionTransformer.from_config(json.load(f))
-    model.load_weights(os.path.join(run_dir, "checkpoints", "latest.weights.h5"))
-    correct = total = 0.0
-    for x, y, w in input_pipeline.eval_dataset(
-        FLAGS.data_dir, batch_size=500, image_size=model.image_size, num_classes=10
-    ):
-        hit = np.argmax(model.predict_on_batch(x), axis=-1) == y.numpy()
-        correct += float(np.sum(hit * w.numpy()))
-        total += float(np.sum(w.numpy()))
-    return correct / total
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
-def _fewshot(run_dir):
-    out = os.path.join(run_dir, "fewshot.json")
-    if not os.path.exists(out):
-        subprocess.run(
-            [
-                PY,
-                os.path.join("tools", "fewshot.py"),
-                f"--run_dir={run_dir}",
-                f"--data_dir={FLAGS.data_dir}",
-                f"--output_json={out}",
-            ],
-            cwd=ROOT,
-            check=True,
-        )
-    with open(out) as f:
-        return json.load(f)
+def _finetune(name, init, seed, *extra):
+    n = f"--config.train_examples={FLAGS.train_examples}"
+    cmd = _trainer(
+        "finetune",
+        "configs/fashion_mnist.py",
+        name,
+        f"--init={init}",
+        n,
+        f"--config.seed={seed}",
+        *extra,
+    )
+    return _run(name, cmd)
 
 
 def main(argv):
@@ -142,109 +121,58 @@ def main(argv):
     if not FLAGS.data_dir or not FLAGS.work_dir:
         raise app.UsageError("--data_dir and --work_dir are required")
     os.makedirs(FLAGS.work_dir, exist_ok=True)
-    n = f"--config.train_examples={FLAGS.train_examples}"
+    seeds = [int(s) for s in FLAGS.seeds]
     results = {
         "date": time.strftime("%Y-%m-%d"),
         "train_examples": FLAGS.train_examples,
+        "seeds": seeds,
         "machine": machine_info(),
     }
+    ssl = os.path.join(FLAGS.work_dir, "ssl")
     results["ssl"] = _run(
         "ssl", _trainer("pretrain", "configs/fashion_mnist_masked_patch.py", "ssl")
     )
-    results["ft_ssl"] = _run(
-        "ft_ssl",
-        _trainer(
-            "finetune",
-            "configs/fashion_mnist.py",
-            "ft_ssl",
-            f"--init={os.path.join(FLAGS.work_dir, 'ssl')}",
-            n,
-        ),
-    )
-    init = _export_random_init("init_random")
-    results["ft_scratch"] = _run(
-        "ft_scratch",
-        _trainer("finetune", "configs/fashion_mnist.py", "ft_scratch", f"--init={init}", n),
-    )
-    for key in ("ft_ssl", "ft_scratch"):
-        results[key]["raw_weights_test_accuracy"] = _raw_test_accuracy(
-            os.path.join(FLAGS.work_dir, key)
-        )
-    results["fewshot_ssl"] = _fewshot(os.path.join(FLAGS.work_dir, "ssl"))
-    results["fewshot_random_init"] = _fewshot(init)
+    recipes = {"finetune": ()}
     if FLAGS.adamw_baseline:
-        results["scratch_adamw"] = _run(
-            "scratch_adamw",
-            _trainer(
-                "pretrain",
-                "configs/fashion_mnist.py",
-                "scratch_adamw",
-                n,
-                "--config.total_steps=500",
-                "--config.warmup_steps=50",
-                "--config.checkpoint_every=100",
-            ),
-        )
-        for name, init_dir in (
-            ("ft_ssl_adamw", os.path.join(FLAGS.work_dir, "ssl")),
-            ("ft_scratch_adamw", init),
-        ):
-            results[name] = _run(
-                name,
-                _trainer(
-                    "finetune",
-                    "configs/fashion_mnist.py",
-                    name,
-                    f"--init={init_dir}",
-                    n,
-                    *ADAMW_FINETUNE,
-                ),
-            )
-
-    ssl_r, scratch_r = results["ft_ssl"], results["ft_scratch"]
-    results["gain_ema"] = ssl_r["test_accuracy"] - scratch_r["test_accuracy"]
-    results["gain_raw"] = (
-        ssl_r["raw_weights_test_accuracy"] - scratch_r["raw_weights_test_accuracy"]
-    )
+        recipes["adamw"] = ADAMW_FINETUNE
+    table = {}
+    for recipe, extra in recipes.items():
+        suffix = "" if recipe == "finetune" else "_adamw"
+        for seed in seeds:
+            init = _export_random_init(f"init_random_{seed}", seed)
+            for kind, start in (("ssl", ssl), ("scratch", init)):
+                name = f"ft_{kind}{suffix}_{seed}"
+                results[name] = _finetune(name, start, seed, *extra)
+                table.setdefault((recipe, kind), []).append(results[name]["test_accuracy"])
     print(f"\n{describe(results['machine'])}")
     print(
-        f"Fashion-MNIST test accuracy, {FLAGS.train_examples} labelled training images "
-        "(EMA weights as exported / raw final weights):"
+        f"Fashion-MNIST test accuracy, {FLAGS.train_examples} labelled training images, "
+        f"seeds {seeds} (mean +- std over seeds):"
     )
-    for r, what in (
-        (ssl_r, "masked-patch pre-trained, fine-tuned "),
-        (scratch_r, "from scratch, same fine-tuning recipe"),
-    ):
-        print(f"  {what} {r['test_accuracy']:.4f} / {r['raw_weights_test_accuracy']:.4f}")
-    print(
-        f"  gain                                  {100 * results['gain_ema']:+.2f} / "
-        f"{100 * results['gain_raw']:+.2f} points"
-    )
-    if "scratch_adamw" in results:
-        results["gain_adamw"] = (
-            results["ft_ssl_adamw"]["test_accuracy"] - results["ft_scratch_adamw"]["test_accuracy"]
+    results["summary"] = {}
+    for recipe in recipes:
+        ssl_m, ssl_s = _mean_std(table[(recipe, "ssl")])
+        scr_m, scr_s = _mean_std(table[(recipe, "scratch")])
+        gains = [a - b for a, b in zip(table[(recipe, "ssl")], table[(recipe, "scratch")])]
+        gain_m, gain_s = _mean_std(gains)
+        results["summary"][recipe] = dict(
+            ssl_mean=ssl_m,
+            ssl_std=ssl_s,
+            scratch_mean=scr_m,
+            scratch_std=scr_s,
+            gain_mean=gain_m,
+            gain_std=gain_s,
         )
-        print("AdamW recipe (lr 2e-3, weight decay 0.05, no EMA), same 500 steps of 128:")
-        for key, what in (
-            ("ft_ssl_adamw", "masked-patch pre-trained, fine-tuned "),
-            ("ft_scratch_adamw", "from scratch (finetune.py)          "),
-            ("scratch_adamw", "from scratch (pretrain.py)          "),
-        ):
-            print(f"  {what} {results[key]['test_accuracy']:.4f}")
-        print(f"  gain                                  {100 * results['gain_adamw']:+.2f} points")
+        print(f"  recipe {recipe}:")
+        print(f"    masked-patch pre-trained, fine-tuned  {100 * ssl_m:.2f} +- {100 * ssl_s:.2f}%")
+        print(f"    from scratch, same recipe and budget  {100 * scr_m:.2f} +- {100 * scr_s:.2f}%")
+        print(
+            f"    gain (paired by seed)                 {100 * gain_m:+.2f} +- {100 * gain_s:.2f} points"
+        )
     print(
         f"  masked-patch accuracy of the pre-training task (test) "
         f"{results['ssl']['test_accuracy']:.4f}"
     )
-    for key in ("fewshot_ssl", "fewshot_random_init"):
-        shots = results[key]["results"]
-        print(
-            f"  few-shot ({key[8:]}): "
-            + ", ".join(
-                f"{k}-shot {v['mean']:.4f}" if isinstance(v, dict) else f"{k}-shot {v}"
-                for k, v in shots.items()
-            )
-        )
     out = FLAGS.output_json or os.path.join(FLAGS.work_dir, "results.json")
     with open(out, "w") as f:
         json.dump(results, f, indent=1)
