@@ -38,9 +38,13 @@ format: setup
 	$(VENV)/bin/ruff format --quiet .
 	$(VENV)/bin/ruff check --quiet --fix .
 
+# Then keras_vit on the torch backend: fidelity, serialisation, attention, layers
+# (tests/torch_stage.txt; torch's CPU wheel from the package index).
 test: setup data lint
 	$(PY) -m pytest -q tests
 	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q $(NUMERIC_TESTS)
+	$(PY) -m pip install -q -e '.[torch]'
+	KERAS_BACKEND=torch $(PY) -m pytest -q $$(cat tests/torch_stage.txt)
 
 demo: setup data
 	$(PY) tools/demo.py

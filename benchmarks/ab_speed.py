@@ -20,11 +20,9 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from absl import app, flags
-
-from benchmarks.machine import describe, machine_info
+from keras_vit_benchmarks.machine import describe, machine_info
 
 flags.DEFINE_string("old", None, "Git revision of the old version.")
 flags.DEFINE_string("new", ROOT, "Source tree of the new version.")

@@ -16,11 +16,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tools"))
 import demo
-
-from benchmarks.machine import describe, machine_info
+from keras_vit_benchmarks.machine import describe, machine_info
 
 
 def main(argv):

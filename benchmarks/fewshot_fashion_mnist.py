@@ -14,17 +14,14 @@ metrics.json also names the machine (benchmarks/machine.py: CPU kinds differ up 
 import argparse
 import json
 import os
-import sys
 import time
 
 import keras
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_deploy.datasets import read_idx
 
 import keras_vit
-from benchmarks.machine import describe, machine_info
-from deploy.datasets import read_idx
 
 MODEL = dict(
     image_size=28,

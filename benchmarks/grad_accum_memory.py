@@ -21,11 +21,9 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from absl import app, flags
-
-from benchmarks.machine import describe, machine_info
+from keras_vit_benchmarks.machine import describe, machine_info
 
 flags.DEFINE_string("variant", "ViT_B16", "keras_vit builder name.")
 flags.DEFINE_integer("image_size", 224, "Input resolution.")
@@ -47,9 +45,9 @@ def _child():
     import keras
     import ml_collections
     import numpy as np
+    from keras_vit_trainers import keras_workarounds, optimizers
 
     import keras_vit
-    from trainers import keras_workarounds, optimizers
 
     keras.utils.set_random_seed(0)
     model = keras_vit.build_model(

@@ -13,11 +13,9 @@ import argparse
 import importlib.util
 import json
 import os
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 
 def main():
@@ -28,8 +26,8 @@ def main():
     p.add_argument("--batches", type=int, default=200)
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from benchmarks.machine import describe, machine_info
-    from trainers import input_pipeline
+    from keras_vit_benchmarks.machine import describe, machine_info
+    from keras_vit_trainers import input_pipeline
 
     spec = importlib.util.spec_from_file_location("cfg", a.config)
     module = importlib.util.module_from_spec(spec)

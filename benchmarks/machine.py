@@ -6,7 +6,7 @@ bf16 or AMX), where every figure committed before 2026-12-01 was measured, and
 an Intel Xeon (Sapphire Rapids: AVX-512, AVX-512-BF16, AVX-512-VNNI, AMX). A
 figure without its CPU, core count and load cannot be compared with another.
 
-    from benchmarks.machine import describe, machine_info
+    from keras_vit_benchmarks.machine import describe, machine_info
     report["machine"] = machine_info()
     print(describe(report["machine"]))
 

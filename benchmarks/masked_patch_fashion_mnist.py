@@ -27,14 +27,12 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from absl import (
     app,  # noqa: E402
     flags,  # noqa: E402
 )
-
-from benchmarks.machine import describe, machine_info  # noqa: E402
+from keras_vit_benchmarks.machine import describe, machine_info  # noqa: E402
 
 flags.DEFINE_string("data_dir", None, "tools/make_tfrecords.py --source=fashion_mnist output.")
 flags.DEFINE_string("work_dir", None, "Where the runs go.")
@@ -85,9 +83,8 @@ def _export_random_init(name, seed):
     if os.path.exists(os.path.join(run_dir, "model.weights.h5")):
         return run_dir
     import keras
-
-    from configs import fashion_mnist_masked_patch
-    from trainers import train_lib
+    from keras_vit_configs import fashion_mnist_masked_patch
+    from keras_vit_trainers import train_lib
 
     config = fashion_mnist_masked_patch.get_config()
     keras.utils.set_random_seed(int(seed))

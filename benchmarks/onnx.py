@@ -31,8 +31,7 @@ ROOT = os.path.dirname(HERE)
 # `python benchmarks/onnx.py` puts benchmarks/ first on sys.path, where this file
 # would shadow the onnx package itself.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
-sys.path.insert(0, ROOT)
-from trainers import console
+from keras_vit_trainers import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: no library noise in the table
@@ -45,12 +44,12 @@ import time
 import keras
 import numpy as np
 from absl import flags
+from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_configs import fashion_mnist
+from keras_vit_deploy import datasets, interpreter, report, sources, tflite
+from keras_vit_deploy import onnx as onnx_export
 
 import keras_vit
-from benchmarks.machine import describe, machine_info
-from configs import fashion_mnist
-from deploy import datasets, interpreter, report, sources, tflite
-from deploy import onnx as onnx_export
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A trained trainers/ run of the Fashion-MNIST model.")

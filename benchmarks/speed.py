@@ -9,10 +9,17 @@ rotation too: the device's practical peak.
     KERAS_BACKEND=tensorflow python benchmarks/speed.py --variant=ViT_B16 --batch=8 \
         --dtype=float32 --mode=inference --compile=default,graph --json=/tmp/speed.json
 
-Backend: KERAS_BACKEND (tensorflow or jax). Libraries that are not installed
-are skipped and recorded as such. FLOPs are analytic (benchmarks/speed_flops.py;
-train step = 3 forwards). Prints a table; --json writes every round's timing.
-Both name the machine (benchmarks/machine.py): CPU kinds differ up to 4x.
+Backend: KERAS_BACKEND (tensorflow, jax or torch); or --backends=tensorflow,jax,torch
+times the Keras contenders on each of them in one run: the backend is fixed per process,
+so each gets a worker process (and timm one of its own), and the parent interleaves the
+workers round by round as above, one worker at a time. Libraries and compile modes that
+cannot run (not installed; `xla` under torch) are skipped and recorded as such. FLOPs are
+analytic (benchmarks/speed_flops.py; train step = 3 forwards). Prints a table; --json
+writes every round's timing. Both name the machine (benchmarks/machine.py): CPU kinds
+differ up to 4x.
+
+    python benchmarks/speed.py --backends=tensorflow,jax,torch --variant=ViT_Ti16 --batch=2 \
+        --compile=default,xla,torch_compile --libraries=keras_vit,matmul
 """
 
 import argparse
@@ -21,19 +28,24 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import keras  # noqa: E402
+from keras_vit_benchmarks import speed_flops, speed_models, speed_runners  # noqa: E402
+from keras_vit_benchmarks.machine import describe, machine_info  # noqa: E402
 
-from benchmarks import speed_flops, speed_models, speed_runners  # noqa: E402
-from benchmarks.machine import describe, machine_info  # noqa: E402
 from keras_vit.variants import VARIANTS  # noqa: E402
 
 LIBRARIES = ("keras_vit", "keras_vit_explicit", "keras_vit_padded", "keras_hub", "timm", "matmul")
 DEFAULT_LIBRARIES = "keras_vit,keras_hub,timm,matmul"
+BACKENDS = ("tensorflow", "jax", "torch")
+# With --backends: timm (PyTorch whatever the Keras backend) runs once, in its own worker,
+# whose Keras backend is torch so that it loads no TensorFlow.
+TIMM_WORKER = "timm"
+# A worker's protocol lines on its stdout (any other line is its log, passed on).
+MESSAGE = "@@speed "
 
 
 def parse_args(argv=None):
@@ -48,8 +60,15 @@ def parse_args(argv=None):
         "--compile",
         default="default",
         help="comma list of Keras compile modes: default (model.predict / "
-        "train_on_batch with jit_compile='auto'), xla, graph (TF only)",
+        "train_on_batch with jit_compile='auto'), xla (TF, JAX), graph (TF only), "
+        "torch_compile (torch); a mode a backend lacks is skipped there",
     )
+    parser.add_argument(
+        "--backends",
+        help=f"comma list from {', '.join(BACKENDS)}: time the Keras contenders on each, "
+        "one worker process per backend, interleaved (default: KERAS_BACKEND only)",
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--libraries", default=DEFAULT_LIBRARIES, help=f"comma list from {', '.join(LIBRARIES)}"
     )
@@ -69,6 +88,19 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     args.compile = _comma_list(args.compile, speed_runners.COMPILE_MODES, "--compile")
     args.libraries = _comma_list(args.libraries, LIBRARIES, "--libraries")
+    if args.backends is not None:
+        args.backends = _comma_list(args.backends, BACKENDS, "--backends")
+        if len(set(args.backends)) < len(args.backends):
+            parser.error(f"--backends names a backend twice: {args.backends}.")
+    backends = args.backends or [keras.backend.backend()]
+    runnable = [
+        mode
+        for mode in args.compile
+        for backend in backends
+        if not speed_runners.compile_mode_error(mode, backend)
+    ]
+    if set(args.libraries) - {"timm", "matmul"} and not runnable and not args.worker:
+        parser.error(f"--compile {args.compile}: none of them runs on {', '.join(backends)}.")
     if min(args.batch, args.rounds, args.steps, args.pad_tokens_to_multiple) < 1 or args.warmup < 0:
         parser.error(
             "--batch, --rounds, --steps and --pad_tokens_to_multiple must be >= 1, --warmup >= 0."
@@ -85,8 +117,10 @@ def _comma_list(text, allowed, flag):
 
 
 def build_runners(args, arch, images, labels):
-    """{label: runner} and {label: reason} for the libraries that could not run."""
+    """{label: runner} and {label: reason} for the libraries (and compile modes) that
+    could not run."""
     runners, skipped = {}, {}
+    backend = keras.backend.backend()
     for library in args.libraries:
         try:
             if library == "matmul":
@@ -105,7 +139,12 @@ def build_runners(args, arch, images, labels):
                 )
             else:
                 for compile_mode in args.compile:
-                    runners[f"{library}[{compile_mode}]"] = speed_runners.KerasRunner(
+                    label = f"{library}[{compile_mode}]"
+                    error = speed_runners.compile_mode_error(compile_mode, backend)
+                    if error:
+                        skipped[label] = error
+                        continue
+                    runners[label] = speed_runners.KerasRunner(
                         _keras_model(library, arch, args), images, labels, args.mode, compile_mode
                     )
         except ImportError as error:
@@ -129,51 +168,206 @@ def _keras_model(library, arch, args):
 
 def measure(runners, args, forward_flops):
     """Interleaved timing. Returns {label: result dict}."""
+    results = warm_up(runners, args, forward_flops)
+    for round_index in range(args.rounds):
+        for label, seconds in time_round(runners, args, round_index).items():
+            results[label]["round_s"].append(seconds)
+        print(f"  round {round_index + 1}/{args.rounds} done, load {_load()}", flush=True)
+    summarise(results, args.batch)
+    return results
+
+
+def warm_up(runners, args, forward_flops):
+    """Compiles and warms up each runner, one at a time. Returns {label: result dict}
+    with the first step's time, the FLOPs of a step and an empty `round_s`."""
     results = {}
-    for label, runner in runners.items():  # compile + warm up, one at a time
+    for label, runner in runners.items():
         start = time.perf_counter()
         runner.step()
         first = time.perf_counter() - start
         for _ in range(args.warmup):
             runner.step()
-        results[label] = {"first_step_s": first, "round_s": [], **runner.describe()}
+        results[label] = {
+            "library": label.split("[")[0],
+            "backend": keras.backend.backend(),
+            "first_step_s": first,
+            "round_s": [],
+            "step_flops": speed_runners.step_flops(runner, forward_flops, args.batch),
+            **runner.describe(),
+        }
         print(f"  ready {label}: first step {first:.1f} s", flush=True)
-    labels = list(runners)
-    for round_index in range(args.rounds):
-        # Rotate the order each round: no contender always runs right after the
-        # same neighbour (a run with timm slows the Keras contenders; cause not
-        # found, docs/speed.md).
-        shift = round_index % len(labels)
-        for label in labels[shift:] + labels[:shift]:
-            runner = runners[label]
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                runner.step()
-            results[label]["round_s"].append((time.perf_counter() - start) / args.steps)
-        print(f"  round {round_index + 1}/{args.rounds} done, load {_load()}", flush=True)
-    for label, runner in runners.items():
-        result = results[label]
-        step_s = statistics.median(result["round_s"])
-        flops = speed_runners.step_flops(runner, forward_flops, args.batch)
-        result.update(step_s=step_s, tflops=flops / step_s / 1e12, step_flops=flops)
-        if label != "matmul":
-            result["images_per_s"] = args.batch / step_s
-    _add_ratios(results)
     return results
 
 
+def time_round(runners, args, round_index):
+    """One round: `args.steps` steps of each runner in turn. Returns {label: s/step}."""
+    # Rotate the order each round: no contender always runs right after the
+    # same neighbour (a run with timm slows the Keras contenders; cause not
+    # found, docs/speed.md).
+    labels = _rotated(list(runners), round_index)
+    seconds = {}
+    for label in labels:
+        runner = runners[label]
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            runner.step()
+        seconds[label] = (time.perf_counter() - start) / args.steps
+    return seconds
+
+
+def _rotated(items, round_index):
+    shift = round_index % len(items) if items else 0
+    return items[shift:] + items[:shift]
+
+
+def summarise(results, batch):
+    """Adds the median step time, TFLOP/s, images/s and the ratios to each result."""
+    for result in results.values():
+        step_s = statistics.median(result["round_s"])
+        result.update(step_s=step_s, tflops=result["step_flops"] / step_s / 1e12)
+        if result["library"] != "matmul":
+            result["images_per_s"] = batch / step_s
+    _add_ratios(results)
+
+
 def _add_ratios(results):
-    peak = results.get("matmul", {}).get("tflops")
+    """fraction_of_matmul: against the matmul of the same backend (timm's: its
+    process's); relative_to_keras_vit: against the first keras_vit contender."""
+    peaks = {r["backend"]: r["tflops"] for r in results.values() if r["library"] == "matmul"}
     reference = next(
-        (r["images_per_s"] for label, r in results.items() if label.startswith("keras_vit[")), None
+        (r["images_per_s"] for r in results.values() if r["library"] == "keras_vit"), None
     )
-    for label, result in results.items():
-        if label == "matmul":
+    for result in results.values():
+        if result["library"] == "matmul":
             continue
-        if peak:
-            result["fraction_of_matmul"] = result["tflops"] / peak
+        if peaks.get(result["backend"]):
+            result["fraction_of_matmul"] = result["tflops"] / peaks[result["backend"]]
         if reference:
             result["relative_to_keras_vit"] = result["images_per_s"] / reference
+
+
+# -- --backends: one worker process per backend ----------------------------------------
+
+
+def worker_plan(args):
+    """[(worker name, KERAS_BACKEND, libraries)] for --backends: the Keras contenders
+    and the matmul on each backend, and timm (if asked for) in a worker of its own."""
+    keras_libraries = [library for library in args.libraries if library != "timm"]
+    plan = [(backend, backend, keras_libraries) for backend in args.backends if keras_libraries]
+    if "timm" in args.libraries:
+        plan.append((TIMM_WORKER, "torch", ["timm"]))
+    return plan
+
+
+def worker_argv(args, libraries):
+    """The command line of a worker: this run's settings, its libraries, no --json."""
+    argv = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        f"--variant={args.variant}",
+        f"--image_size={args.image_size}",
+        f"--num_classes={args.num_classes}",
+        f"--batch={args.batch}",
+        f"--dtype={args.dtype}",
+        f"--mode={args.mode}",
+        f"--compile={','.join(args.compile)}",
+        f"--libraries={','.join(libraries)}",
+        f"--steps={args.steps}",
+        f"--warmup={args.warmup}",
+        f"--matmul_n={args.matmul_n}",
+        f"--pad_tokens_to_multiple={args.pad_tokens_to_multiple}",
+    ]
+    return argv + (["--timm_compile"] if args.timm_compile else [])
+
+
+def _send(message):
+    print(MESSAGE + json.dumps(message), flush=True)
+
+
+def serve(args, arch, images, labels, forward_flops):
+    """A worker: builds and warms up its runners, reports them, then times one round
+    per 'round <index>' line on stdin, until any other line or the end of stdin."""
+    runners, skipped = build_runners(args, arch, images, labels)
+    results = warm_up(runners, args, forward_flops)
+    _send({"results": results, "skipped": skipped, "environment": environment()})
+    for line in sys.stdin:
+        command = line.split()
+        if command[:1] != ["round"]:
+            break
+        _send({"round_s": time_round(runners, args, int(command[1]))})
+
+
+class Worker:
+    """The parent's handle on one worker process."""
+
+    def __init__(self, name, backend, argv):
+        self.name = name
+        env = dict(os.environ, KERAS_BACKEND=backend)
+        self.process = subprocess.Popen(
+            argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+
+    def receive(self):
+        """The next message; the worker's other lines are printed, tagged with its
+        name. None if it exited first."""
+        for line in self.process.stdout:
+            if line.startswith(MESSAGE):
+                return json.loads(line[len(MESSAGE) :])
+            print(f"[{self.name}] {line}", end="", flush=True)
+        return None
+
+    def request(self, line):
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        return self.receive()
+
+    def close(self):
+        try:
+            self.process.stdin.close()  # ends `serve`'s loop
+        except BrokenPipeError:  # it has exited already
+            pass
+        for line in self.process.stdout:
+            print(f"[{self.name}] {line}", end="", flush=True)
+        return self.process.wait()
+
+
+def measure_backends(args):
+    """--backends: starts the workers one after another (each compiles and warms up
+    alone), then times rounds, rotating the order of the workers each round as
+    `time_round` rotates the contenders within one. Returns (results, skipped,
+    environments), labels prefixed with the worker's name ('jax/keras_vit[xla]')."""
+    workers, results, skipped, environments = [], {}, {}, {}
+    for name, backend, libraries in worker_plan(args):
+        print(f"starting the {name} worker (KERAS_BACKEND={backend})", flush=True)
+        worker = Worker(name, backend, worker_argv(args, libraries))
+        ready = worker.receive()
+        if ready is None:
+            skipped[name] = f"worker exited with code {worker.close()} (its log above)"
+            continue
+        environments[name] = ready["environment"]
+        if ready["results"]:
+            workers.append(worker)
+        else:  # nothing to time there (all skipped)
+            worker.close()
+        results.update({f"{name}/{label}": r for label, r in ready["results"].items()})
+        skipped.update({f"{name}/{label}": why for label, why in ready["skipped"].items()})
+    try:
+        for round_index in range(args.rounds):
+            for worker in _rotated(workers, round_index):
+                reply = worker.request(f"round {round_index}")
+                if reply is None:
+                    raise RuntimeError(
+                        f"the {worker.name} worker exited during round {round_index}"
+                    )
+                for label, seconds in reply["round_s"].items():
+                    results[f"{worker.name}/{label}"]["round_s"].append(seconds)
+            print(f"  round {round_index + 1}/{args.rounds} done, load {_load()}", flush=True)
+    finally:
+        for worker in workers:
+            worker.close()
+    summarise(results, args.batch)
+    return results, skipped, environments
 
 
 def _load():
@@ -208,8 +402,9 @@ def _cpu_name():
 
 
 def format_table(results, skipped):
+    width = max([28, *map(len, results), *map(len, skipped)])
     lines = [
-        f"{'contender':28} {'images/s':>9} {'step s':>8} {'TFLOP/s':>8} "
+        f"{'contender':{width}} {'images/s':>9} {'step s':>8} {'TFLOP/s':>8} "
         f"{'of matmul':>9} {'vs keras_vit':>12}"
     ]
     for label, r in results.items():
@@ -219,9 +414,9 @@ def format_table(results, skipped):
             f"{r['relative_to_keras_vit']:12.2f}" if "relative_to_keras_vit" in r else f"{'-':>12}"
         )
         lines.append(
-            f"{label:28} {images} {r['step_s']:8.3f} {r['tflops']:8.3f} {fraction} {relative}"
+            f"{label:{width}} {images} {r['step_s']:8.3f} {r['tflops']:8.3f} {fraction} {relative}"
         )
-    lines += [f"{label:28} skipped: {reason}" for label, reason in skipped.items()]
+    lines += [f"{label:{width}} skipped: {reason}" for label, reason in skipped.items()]
     return "\n".join(lines)
 
 
@@ -233,20 +428,28 @@ def main(argv=None):
         args.image_size, num_classes=args.num_classes, **arch
     )
     images, labels = speed_runners.synthetic_batch(args.batch, args.image_size, args.num_classes)
+    if args.worker:
+        serve(args, arch, images, labels, forward_flops)
+        return None
     load_before = _load()
     machine = machine_info()
     print(describe(machine), flush=True)
     print(
         f"{args.variant} {args.image_size}px batch {args.batch} {args.dtype} {args.mode} "
-        f"on {keras.backend.backend()}; {forward_flops / 1e9:.1f} GFLOP/image; "
-        f"load {load_before}",
+        f"on {', '.join(args.backends or [keras.backend.backend()])}; "
+        f"{forward_flops / 1e9:.1f} GFLOP/image; load {load_before}",
         flush=True,
     )
-    runners, skipped = build_runners(args, arch, images, labels)
-    results = measure(runners, args, forward_flops)
+    if args.backends:
+        results, skipped, environments = measure_backends(args)
+    else:
+        runners, skipped = build_runners(args, arch, images, labels)
+        results = measure(runners, args, forward_flops)
+        environments = environment()
     report = {
         "args": vars(args),
-        "environment": environment(),
+        # One environment; with --backends, {worker name: its environment}.
+        "environment": environments,
         "machine": machine,
         "forward_gflops_per_image": forward_flops / 1e9,
         "load_before": load_before,

@@ -8,8 +8,9 @@ Runners:
     KerasRunner   a Keras model (keras_vit, or keras-hub's ViTBackbone with a
                   class-token head) through the Keras trainer: `predict`
                   (default jit_compile, what a user gets), or `predict_on_batch`
-                  / `train_on_batch` compiled with jit_compile True ('xla') or
-                  False ('graph', TensorFlow only).
+                  / `train_on_batch` compiled with jit_compile True ('xla' under
+                  TensorFlow and JAX, 'torch_compile' under torch) or False
+                  ('graph', TensorFlow only).
     TimmRunner    timm's VisionTransformer in PyTorch, eager or torch.compile,
                   float32 or bfloat16 autocast.
     MatmulRunner  a square matmul in the Keras backend, the device's peak.
@@ -17,10 +18,32 @@ Runners:
 
 import keras
 import numpy as np
+from keras_vit_benchmarks import speed_flops
 
-from benchmarks import speed_flops
+# Keras compile mode -> jit_compile, and the backends it exists on (None: every backend).
+# jit_compile=True is XLA under TensorFlow and JAX, torch.compile under torch; each mode
+# has one meaning, so a label such as keras_vit[xla] names the same compiler everywhere.
+JIT_COMPILE = {"default": "auto", "xla": True, "graph": False, "torch_compile": True}
+COMPILE_BACKENDS = {
+    "default": None,
+    "xla": ("tensorflow", "jax"),
+    "graph": ("tensorflow",),
+    "torch_compile": ("torch",),
+}
+COMPILE_MODES = tuple(JIT_COMPILE)
 
-COMPILE_MODES = ("default", "xla", "graph")
+
+def compile_mode_error(compile_mode, backend):
+    """Why `compile_mode` cannot run on `backend` (a sentence), or None if it can."""
+    if compile_mode not in JIT_COMPILE:
+        return f"compile_mode must be one of {COMPILE_MODES}, got {compile_mode!r}."
+    backends = COMPILE_BACKENDS[compile_mode]
+    if backends is None or backend in backends:
+        return None
+    return (
+        f"compile_mode {compile_mode!r} exists on the {' and '.join(backends)} "
+        f"backend{'s' if len(backends) > 1 else ''} only, not {backend!r}."
+    )
 
 
 def synthetic_batch(batch_size, image_size, num_classes, seed=0):
@@ -38,22 +61,20 @@ class KerasRunner:
         model: a keras.Model mapping images to logits (B, num_classes).
         images, labels: the synthetic batch (numpy).
         mode: 'inference' or 'train' (AdamW, sparse softmax cross-entropy).
-        compile_mode: 'default' (model.predict / fit defaults: jit_compile="auto",
-            XLA wherever Keras allows it), 'xla' or 'graph' (no XLA; TensorFlow).
+        compile_mode: 'default' (model.predict / fit defaults: jit_compile="auto":
+            keras_vit's rule, XLA wherever it is faster; eager under torch), 'xla'
+            (TensorFlow, JAX), 'graph' (no XLA; TensorFlow) or 'torch_compile'
+            (torch); `COMPILE_BACKENDS`.
     """
 
     def __init__(self, model, images, labels, mode, compile_mode):
-        if compile_mode not in COMPILE_MODES:
-            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {compile_mode!r}.")
-        if compile_mode == "graph" and keras.backend.backend() != "tensorflow":
-            raise ValueError(
-                "compile_mode 'graph' (no XLA) exists on the TensorFlow "
-                f"backend only, not {keras.backend.backend()!r}."
-            )
+        error = compile_mode_error(compile_mode, keras.backend.backend())
+        if error:
+            raise ValueError(error)
         self.model, self.images, self.labels = model, images, labels
         self.mode, self.compile_mode = mode, compile_mode
         if mode == "train" or compile_mode != "default":
-            jit = {"default": "auto", "xla": True, "graph": False}[compile_mode]
+            jit = JIT_COMPILE[compile_mode]
             model.compile(
                 optimizer=keras.optimizers.AdamW(1e-4),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -199,7 +220,13 @@ def _jit(fn):
         import tensorflow as tf
 
         return tf.function(fn, jit_compile=True)
-    raise ValueError(f"MatmulRunner supports the jax and tensorflow backends, not {backend!r}.")
+    if backend == "torch":
+        # One matmul is one ATen kernel call: eager is already the kernel's own speed,
+        # and torch.compile would only add a graph around it.
+        return fn
+    raise ValueError(
+        f"MatmulRunner supports the jax, tensorflow and torch backends, not {backend!r}."
+    )
 
 
 def _block(x):

@@ -23,17 +23,16 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ["KERAS_BACKEND"] = "tensorflow"
 
 import keras
 import numpy as np
 from absl import app, flags
+from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_configs import fashion_mnist
+from keras_vit_deploy import datasets, interpreter, report, serving, sources, tflite
 
 import keras_vit
-from benchmarks.machine import describe, machine_info
-from configs import fashion_mnist
-from deploy import datasets, interpreter, report, serving, sources, tflite
 from keras_vit import run_directory
 
 FLAGS = flags.FLAGS

@@ -26,12 +26,10 @@ A measurement, not a test.
 
 import json
 import os
-import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import keras
@@ -39,10 +37,10 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 from keras import ops
+from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_deploy import interpreter, tflite
 
 import keras_vit
-from benchmarks.machine import describe, machine_info
-from deploy import interpreter, tflite
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("variant", "ViT_Ti16", "A keras_vit.VARIANTS name.")

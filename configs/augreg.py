@@ -20,7 +20,7 @@ zero), and its bfloat16 Adam first moment. The recommended AugReg checkpoints
 name (e.g. B/16: aug_medium1, wd_0.1); pass `--config.input.aug_setting=...` to match one.
 """
 
-from configs import common
+from keras_vit_configs import common
 
 # Fig. 4 choices, as the big_vision configs map variants to AugReg settings.
 I1K_AUG = {

@@ -4,7 +4,7 @@
       --data_dir=DATA --model_dir=RUN [--config.input.aug_setting=medium1]
 """
 
-from configs import augreg
+from keras_vit_configs import augreg
 
 
 def get_config(variant="ViT_B16"):

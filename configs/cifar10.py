@@ -3,7 +3,7 @@ python tools/make_tfrecords.py --source=tfds:cifar10 --output_dir=DATA
 python trainers/finetune.py --config=configs/cifar10.py --init=imagenet21k ...
 """
 
-from configs import common
+from keras_vit_configs import common
 
 
 def get_config(model="ViT_B16", total_steps=10_000, learning_rate=0.01):

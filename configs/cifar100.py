@@ -1,6 +1,6 @@
 """Fine-tune on CIFAR-100 at 384 px (as configs/cifar10.py; 100 classes from the manifest)."""
 
-from configs import cifar10
+from keras_vit_configs import cifar10
 
 
 def get_config():

@@ -19,8 +19,7 @@ seed each; docs/training.md has the table and the commands):
 """
 
 import ml_collections
-
-from configs import common
+from keras_vit_configs import common
 
 
 def get_config():

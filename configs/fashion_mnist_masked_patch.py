@@ -13,7 +13,7 @@ Target: Fashion-MNIST is grayscale (decoded to R = G = B), so the 3-bit mean
 would carry the same information with 504 classes that never occur).
 """
 
-from configs import fashion_mnist
+from keras_vit_configs import fashion_mnist
 
 
 def get_config():

@@ -4,7 +4,7 @@
       --init=imagenet21k --data_dir=DATA --model_dir=RUN
 """
 
-from configs import common
+from keras_vit_configs import common
 
 
 def get_config(model="ViT_B16"):

@@ -1,6 +1,6 @@
 """Fine-tune on Oxford-IIIT Pets at 384 px: 500 steps (tfds:oxford_iiit_pet)."""
 
-from configs import cifar10
+from keras_vit_configs import cifar10
 
 
 def get_config():

@@ -7,7 +7,7 @@ sigmoid cross-entropy (multi-label), 224 px, inception crop + flip.
   python trainers/pretrain.py --config=configs/vit_b16_i21k.py --tpu=NAME ...
 """
 
-from configs import common
+from keras_vit_configs import common
 
 IMAGENET21K_TRAIN_IMAGES = 12_743_321  # ~13M as in the paper; set from your manifest
 

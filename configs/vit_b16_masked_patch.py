@@ -13,7 +13,7 @@ learning rate; dropout 0).
   python trainers/finetune.py --config=configs/... --init=SSL_B16 ...
 """
 
-from configs import common
+from keras_vit_configs import common
 
 
 def get_config():

@@ -2,7 +2,7 @@
 wd 0.03, 10k warmup + linear decay, dropout 0.1, 90 epochs) with the L/16 model and a
 1024-wide pre_logits layer."""
 
-from configs import vit_b16_i21k
+from keras_vit_configs import vit_b16_i21k
 
 
 def get_config():

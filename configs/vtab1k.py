@@ -8,7 +8,7 @@
 `get_config(task)` picks the task; num_classes comes from the manifest.
 """
 
-from configs import common
+from keras_vit_configs import common
 
 # name -> TFDS dataset[:config] (VTAB-1k, Zhai et al. 2019), grouped as in the paper.
 VTAB_TASKS = {

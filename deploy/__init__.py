@@ -1,7 +1,7 @@
 """Deployment of keras_vit models: a SavedModel for TF Serving, TFLite files and ONNX
 files (`deploy.onnx`), each checked against the Keras model.
 
-    from deploy import serving, tflite
+    from keras_vit_deploy import serving, tflite
     serving.export_saved_model(model, "exported/vit", class_names=names)
     content = tflite.convert_saved_model("exported/vit", "float16")
 

@@ -12,8 +12,7 @@ import os
 
 import numpy as np
 import tensorflow as tf
-
-from deploy.preprocessing import ENCODED_KEY, LABEL_KEY
+from keras_vit_deploy.preprocessing import ENCODED_KEY, LABEL_KEY
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 

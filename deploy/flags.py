@@ -3,9 +3,9 @@ tools/export_onnx.py (and tools/visualize.py, tools/fewshot.py): which model to
 export, and, for the export tools, what it should output."""
 
 from absl import app, flags
+from keras_vit_deploy import sources
 
 import keras_vit
-from deploy import sources
 
 FLAGS = flags.FLAGS
 POOLINGS = ("none", "token", "avg", "max")  # --pooling (keras_vit's, None as 'none')

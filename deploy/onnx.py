@@ -31,9 +31,8 @@ import warnings
 import keras
 import numpy as np
 import tensorflow as tf
-
-from deploy import require_tensorflow_backend, serving
-from deploy.preprocessing import scale_pixels
+from keras_vit_deploy import require_tensorflow_backend, serving
+from keras_vit_deploy.preprocessing import scale_pixels
 
 PRECISIONS = ("float32", "float16")
 # The Keras dtype policy each precision is exported under.
@@ -422,7 +421,7 @@ def build_report(
     -> the file's main output, e.g. deploy/report.keras_reference) on `pixels`
     (N, H, W, C) uint8: export_tflite's report with ONNX's ops, and the Keras
     model's latency beside onnxruntime's when `keras_model` is given."""
-    from deploy import report as report_lib
+    from keras_vit_deploy import report as report_lib
 
     counts = operator_counts(path)
     classifier = ONNXClassifier(path)

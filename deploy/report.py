@@ -9,10 +9,9 @@ the reference's largest |value| (the scale the delta is to be read against)."""
 
 import numpy as np
 import tensorflow as tf
-
-from deploy import interpreter, serving, tflite
-from deploy.datasets import DataError
-from deploy.preprocessing import scale_pixels
+from keras_vit_deploy import interpreter, serving, tflite
+from keras_vit_deploy.datasets import DataError
+from keras_vit_deploy.preprocessing import scale_pixels
 
 # The per-value name of each output in the report's keys (max_abs_delta_<unit>).
 UNITS = {

@@ -38,8 +38,7 @@ import dataclasses
 
 import keras
 import tensorflow as tf
-
-from deploy import preprocessing, require_tensorflow_backend
+from keras_vit_deploy import preprocessing, require_tensorflow_backend
 
 SERVING_DEFAULT = "serving_default"
 # The classifier's signatures (their names for the other kinds: `signature_names`).

@@ -98,13 +98,13 @@ def rollout_maps(rollout_matrix, grid_size, num_prefix_tokens):
 def _attention_chunks(model, images, batch_size):
     """Yields (number of images, attention weights of every layer) for slices of
     `batch_size` images: the weights of a whole set (layers x heads x T^2 floats
-    per image) can be large. One attention model serves all slices."""
+    per image) can be large. The model's cached attention model serves all slices
+    and all calls (`VisionTransformer.attention_weights`), so nothing is retraced."""
     if len(images) == 0:
         raise ValueError("no images given.")
-    attention = model.attention_model()
     for start in range(0, len(images), batch_size):
         chunk = images[start : start + batch_size]
-        yield len(chunk), list(attention.predict(chunk, batch_size=batch_size, verbose=0))
+        yield len(chunk), model.attention_weights(chunk, batch_size=batch_size)
 
 
 def attention_maps(model, images, batch_size=32):

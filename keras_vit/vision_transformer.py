@@ -372,7 +372,9 @@ class VisionTransformer(keras.Model):
         Returns:
             A `keras.Model` from images (batch, height, width, channels) in [-1,
             1], of this model's size (any size for a `dynamic_size` model), to
-            the dict of maps, keys in the order stem, stages, blocks.
+            the dict of maps, built in the order stem, stages, blocks. Look the
+            maps up by key: the order a call returns them in is Keras' (under
+            torch, and from `predict` under JAX, sorted by key).
         Raises:
             ValueError: no map asked for, a block or stage out of range (the valid
                 range named), or stages of a model without a ResNet.

@@ -15,9 +15,9 @@ import tempfile
 import keras
 import numpy as np
 import tensorflow as tf
+from keras_vit_deploy import datasets, serving
 
 import keras_vit
-from deploy import datasets, serving
 from keras_vit import run_directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -7,9 +7,8 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from trainers import augment, testing
-from trainers import input_pipeline as ip
+from keras_vit_trainers import augment, testing
+from keras_vit_trainers import input_pipeline as ip
 
 KW = dict(image_size=28, seed=3, num_classes=4, augment="inception_crop", shuffle_buffer=100)
 AUG = dict(randaug=(2, 10), mixup=0.2, cutmix=1.0)

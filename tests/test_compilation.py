@@ -14,6 +14,11 @@ import pytest
 from keras_vit import VisionTransformer, compilation
 
 TF = keras.backend.backend() == "tensorflow"
+# The rule answers for TensorFlow and JAX; under torch "auto" is Keras' own (eager), which
+# test_with_an_accelerator_keras_decides and the rule's torch row check there.
+RULE_APPLIES = pytest.mark.skipif(
+    keras.backend.backend() == "torch", reason="under torch 'auto' is Keras' (eager)"
+)
 SAPPHIRE_RAPIDS = frozenset(
     "sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16 avx512_fp16 avx_vnni "
     "amx_bf16 amx_tile amx_int8".split()
@@ -98,6 +103,7 @@ def machine(monkeypatch):
     return fake
 
 
+@RULE_APPLIES
 def test_predict_on_an_uncompiled_model_uses_the_rule(machine):
     machine(SAPPHIRE_RAPIDS)
     model = VisionTransformer(**TINY, num_classes=2, dtype="mixed_bfloat16")
@@ -108,6 +114,7 @@ def test_predict_on_an_uncompiled_model_uses_the_rule(machine):
     assert model._jit_compile is (not TF)  # TensorFlow: no XLA; JAX: always XLA
 
 
+@RULE_APPLIES
 def test_compile_auto_uses_the_rule(machine):
     machine(ZEN3)
     mixed = VisionTransformer(**TINY, num_classes=2, dtype="mixed_bfloat16")
@@ -121,6 +128,7 @@ def test_compile_auto_uses_the_rule(machine):
     assert float32.jit_compile is True  # Keras alone would say False on CPU-only TF
 
 
+@RULE_APPLIES
 def test_explicit_jit_compile_wins(machine):
     machine(SAPPHIRE_RAPIDS)  # the rule: no XLA for bfloat16 (TF), XLA for float32
     mixed = VisionTransformer(**TINY, num_classes=2, dtype="mixed_bfloat16")

@@ -5,10 +5,10 @@ import importlib
 import os
 
 import pytest
+from keras_vit_configs import augreg, common
+from keras_vit_trainers import testing
 
 import keras_vit
-from configs import augreg, common
-from trainers import testing
 
 CONFIGS = sorted(
     os.path.splitext(os.path.basename(p))[0]
@@ -19,7 +19,7 @@ CONFIGS = sorted(
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_config_has_every_common_key(name):
-    config = importlib.import_module(f"configs.{name}").get_config()
+    config = importlib.import_module(f"keras_vit_configs.{name}").get_config()
     base = common.base_config()
     missing = sorted(set(base.keys()) - set(config.keys()))
     assert not missing, f"configs/{name}.py lacks {missing}"

@@ -7,7 +7,9 @@ import re
 import subprocess
 import sys
 
-from trainers import console, testing
+import keras
+import pytest
+from keras_vit_trainers import console, testing
 
 # Lines that TensorFlow, absl, XLA, oneDNN and TFLite print about themselves (seen in
 # `make demo` before trainers/console.py existed), as the user would grep for them.
@@ -97,6 +99,9 @@ def test_progress_on_a_terminal_is_a_live_bar():
     assert "\r" in stream.getvalue() and "5/5" in stream.getvalue()
 
 
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
 def test_training_and_export_print_only_our_lines(tmp_path):
     """A short mirrored training (2 CPU replicas, as `make demo`) and the two exports of
     its model: no library line at the default verbosity; KERAS_VIT_VERBOSITY=library
@@ -162,7 +167,7 @@ def test_training_and_export_print_only_our_lines(tmp_path):
         [
             sys.executable,
             "-c",
-            "from trainers import console; console.setup(); "
+            "from keras_vit_trainers import console; console.setup(); "
             "import tensorflow as tf; tf.constant(1.0) + 1",
         ],
         KERAS_VIT_VERBOSITY="library",

@@ -1,5 +1,7 @@
-"""tools/convert_checkpoint.py end to end."""
+"""tools/convert_checkpoint.py: one run of the command end to end, and its `convert`
+(what the command runs) in this process for the other cases."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -7,56 +9,95 @@ import sys
 
 import keras
 import numpy as np
+import pytest
+from absl import flags
 from numpy_vit import random_params, vit_forward
 
 import keras_vit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOL = os.path.join(ROOT, "tools", "convert_checkpoint.py")
 MODEL = json.dumps(dict(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2))
 
 
-def run_tool(*args):
-    return subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "convert_checkpoint.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def test_npz_to_keras_and_weights_h5(tmp_path, rng):
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """(directory, params, path) of a random official-layout checkpoint."""
+    directory = tmp_path_factory.mktemp("convert")
     params = random_params(
         patch=8, hidden=16, mlp=32, heads=2, layers=2, grid=(4, 4), num_classes=3, seed=11
     )
-    npz = tmp_path / "ckpt.npz"
-    np.savez(npz, **params)
-    out = tmp_path / "vit.keras"
-    proc = run_tool(f"--model={MODEL}", f"--weights={npz}", f"--output={out}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "Wrote" in proc.stdout
+    np.savez(directory / "ckpt.npz", **params)
+    return directory, params, directory / "ckpt.npz"
+
+
+@pytest.fixture(scope="module")
+def command(checkpoint):
+    """The command's run to a .weights.h5 at another resolution, started at the
+    module's first test so that its TensorFlow start-up overlaps the in-process
+    checks; killed at the module's end if still running."""
+    directory, _, npz = checkpoint
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            TOOL,
+            f"--model={MODEL}",
+            f"--weights={npz}",
+            f"--output={directory / 'vit.weights.h5'}",
+            "--image_size=48",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
+
+
+@pytest.fixture(scope="module")
+def tool():
+    """The tool's module, imported here. Its flags (three of them required) are
+    taken out of absl's global registry afterwards: left there, they would fail any
+    later parse of other flags in this process."""
+    spec = importlib.util.spec_from_file_location("convert_checkpoint", TOOL)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # absl files its flags under the module's name
+    yield module
+    for flag in flags.FLAGS.get_flags_for_module(spec.name):
+        delattr(flags.FLAGS, flag.name)
+    del sys.modules[spec.name]
+
+
+def test_npz_to_keras_and_weights_h5(checkpoint, command, tool, rng):
+    directory, params, npz = checkpoint
+    out = directory / "vit.keras"
+    tool.convert(tool.model_spec(MODEL), str(npz), str(out))
     model = keras.saving.load_model(out, safe_mode=True)
     x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     np.testing.assert_allclose(
         model.predict(x, verbose=0), vit_forward(params, x, num_layers=2), atol=1e-5
     )
 
-    h5 = tmp_path / "vit.weights.h5"
-    proc = run_tool(f"--model={MODEL}", f"--weights={npz}", f"--output={h5}", "--image_size=48")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    config = json.load(open(tmp_path / "vit.config.json"))
+    stdout, stderr = command.communicate(timeout=300)
+    assert command.returncode == 0, stderr[-2000:]
+    config = json.loads((directory / "vit.config.json").read_text())
     assert config["image_size"] == [48, 48]
     rebuilt = keras_vit.VisionTransformer.from_config(config)
-    rebuilt.load_weights(h5)
+    parameters = f"{rebuilt.count_params():,} parameters, 48x48 px."
+    assert f"Wrote {directory / 'vit.weights.h5'}: vit, {parameters}" in stdout
+    rebuilt.load_weights(directory / "vit.weights.h5")
     x = rng.uniform(-1, 1, (1, 48, 48, 3)).astype("float32")
     np.testing.assert_allclose(
         rebuilt.predict(x, verbose=0), vit_forward(params, x, num_layers=2), atol=1e-5
     )
 
 
-def test_bad_output_suffix_and_bad_weights(tmp_path):
-    proc = run_tool(
-        f"--model={MODEL}",
-        f"--weights={tmp_path / 'missing.npz'}",
-        f"--output={tmp_path / 'x.keras'}",
-    )
-    assert proc.returncode != 0 and "missing.npz" in proc.stderr
+def test_bad_weights_and_bad_output_suffix(checkpoint, tool):
+    directory, _, npz = checkpoint
+    spec = tool.model_spec(MODEL)
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        tool.convert(spec, str(directory / "missing.npz"), str(directory / "x.keras"))
+    with pytest.raises(ValueError, match=r"--output must end in .keras, .weights.h5 or .npz"):
+        tool.convert(spec, str(npz), str(directory / "vit.h5"))

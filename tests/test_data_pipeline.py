@@ -4,9 +4,8 @@ pipelines, corrupt shards skipped and counted, clear errors for bad data dirs.""
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from trainers import input_pipeline as ip
-from trainers import testing
+from keras_vit_trainers import input_pipeline as ip
+from keras_vit_trainers import testing
 
 KW = dict(image_size=28, seed=3, num_classes=4, augment="inception_crop", shuffle_buffer=100)
 

@@ -14,6 +14,7 @@ import pytest
 from float_bounds import U, assert_within
 from numpy_resnet import hybrid_forward, random_hybrid_params
 from numpy_vit import random_params, vit_forward
+from test_fidelity import XLA  # the "xla" case: skipped under torch (torch.compile)
 
 import keras_vit
 from keras_vit import inspect as vit_inspect
@@ -37,7 +38,7 @@ HYBRID_KW = dict(resnet=(), patch_size=2, hidden_size=32, mlp_dim=64, num_heads=
 ODD = (40, 30)
 
 
-@pytest.fixture(params=[True, False], ids=["xla", "no_xla"])
+@pytest.fixture(params=[XLA, pytest.param(False, id="no_xla")])
 def jit_compile(request):
     return request.param
 
@@ -119,6 +120,7 @@ def test_at_grid_gives_the_numbers_of_the_load_time_resize(rng, old, prefix, new
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="traces a tf.function")
 def test_at_grid_with_sizes_unknown_until_run_in_a_tensorflow_graph(rng):
     """Under TensorFlow a traced graph can leave the sizes unknown (None): the grid is
     then a tensor, and the resize must still give the same numbers, XLA or not."""
@@ -291,6 +293,9 @@ np.savez(out, **results)
 """
 
 
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="compares JAX with the TensorFlow run"
+)
 def test_jax_backend_at_any_size(checkpoints, tmp_path):
     assert keras.backend.backend() == "tensorflow"
     (plain_params, plain_path), (hybrid_params, hybrid_path) = checkpoints

@@ -11,10 +11,10 @@ import export_testing as et
 import keras
 import numpy as np
 import pytest
+from keras_vit_deploy import datasets
+from keras_vit_deploy import onnx as onnx_export
 
 import keras_vit
-from deploy import datasets
-from deploy import onnx as onnx_export
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"

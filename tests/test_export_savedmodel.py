@@ -10,9 +10,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_vit_deploy import flags as deploy_flags
+from keras_vit_deploy import preprocessing, serving, sources
 
-from deploy import flags as deploy_flags
-from deploy import preprocessing, serving, sources
 from keras_vit import run_directory
 
 pytestmark = pytest.mark.skipif(

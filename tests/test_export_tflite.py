@@ -10,8 +10,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from deploy import datasets, interpreter, preprocessing, report, serving, tflite
+from keras_vit_deploy import datasets, interpreter, preprocessing, report, serving, tflite
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"

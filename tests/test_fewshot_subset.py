@@ -3,15 +3,14 @@ through the model, with the same k-shot sets, features and accuracies as extract
 the whole train split (the reference computed here with `features` + evaluate)."""
 
 import os
-import sys
 
 import keras
 import numpy as np
 import pytest
+from keras_vit_trainers import testing
 
 import keras_vit
 from keras_vit import fewshot
-from trainers import testing
 
 NUM_CLASSES = 4
 SHOTS = (1, 5)
@@ -44,7 +43,7 @@ def model():
 
 
 def evaluator(data_dir, **options):
-    from trainers import fewshot_evaluator
+    from keras_vit_trainers import fewshot_evaluator
 
     options = {
         "shots": SHOTS,
@@ -132,8 +131,7 @@ def test_only_the_kshot_images_go_through_the_model(data_dir, model, monkeypatch
 def test_an_unreadable_kshot_image_falls_back_to_the_whole_split(tmp_path, model, monkeypatch):
     """A train record whose image does not decode: eval_dataset drops it (later indices
     shift), so the evaluator extracts the whole split, as before."""
-    sys.path.insert(0, os.path.join(testing.ROOT, "tools"))
-    import make_tfrecords
+    from keras_vit_tools import make_tfrecords
 
     # Records from another writer: make_tfrecords itself skips images that do not decode.
     monkeypatch.setattr(make_tfrecords, "decodes", lambda encoded: True)
@@ -170,7 +168,7 @@ def test_an_unreadable_kshot_image_falls_back_to_the_whole_split(tmp_path, model
 
 def test_labels_are_read_without_the_fast_path_too(data_dir):
     """read_labels' per-record path (used when a batch does not parse) gives the same."""
-    from trainers import fewshot_evaluator, input_pipeline
+    from keras_vit_trainers import fewshot_evaluator, input_pipeline
 
     info = input_pipeline.get_split(data_dir, "train")
     fast = fewshot_evaluator.read_labels(info)

@@ -1,5 +1,6 @@
 """Official-layout checkpoints give the logits of an independent NumPy reference."""
 
+import keras
 import numpy as np
 import pytest
 from numpy_vit import random_params, to_linen_names, vit_forward
@@ -9,12 +10,23 @@ import keras_vit
 # float32 Keras vs float64 NumPy: the model-level goal, fixed (measured: a few 1e-6).
 ATOL = 1e-5
 
+# Under torch, jit_compile=True is torch.compile, not XLA: minutes of compiling per model
+# on a CPU (these 11 cases: 13 min on 2 cores, all passing), so there only no_xla runs:
+# eager, which is what "auto" means under torch.
+XLA = pytest.param(
+    True,
+    id="xla",
+    marks=pytest.mark.skipif(
+        keras.backend.backend() == "torch", reason="no XLA under torch (torch.compile: minutes)"
+    ),
+)
 
-@pytest.fixture(params=[True, False], ids=["xla", "no_xla"])
+
+@pytest.fixture(params=[XLA, pytest.param(False, id="no_xla")])
 def jit_compile(request):
     """Both compiled paths of `predict`: XLA, and TensorFlow's own kernels (oneDNN, or
     Eigen with TF_ENABLE_ONEDNN_OPTS=0), whichever the default rule would pick here.
-    (JAX always compiles with XLA; there both ids run the same path.)"""
+    (JAX always compiles with XLA; there both ids run the same path. torch: eager only.)"""
     return request.param
 
 

@@ -5,8 +5,11 @@ import keras
 import ml_collections
 import numpy as np
 import pytest
+from keras_vit_trainers import keras_workarounds, optimizers, schedules
 
-from trainers import keras_workarounds, optimizers, schedules
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
 
 STEPS, ACCUM, BATCH = 3, 4, 16
 

@@ -8,9 +8,14 @@ import sys
 
 import keras
 import numpy as np
+import pytest
 from numpy_resnet import hybrid_forward, random_hybrid_params, resnet_forward
 
 import keras_vit
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="compares JAX with the TensorFlow run"
+)
 
 ATOL = 1e-4  # float32 vs float64 NumPy, the project's bar
 BACKEND_ATOL = 1e-5  # logits (O(1)), float32 TF vs float32 JAX
@@ -28,12 +33,12 @@ MODEL_KW = dict(
     image_size=IMAGE_SIZE,
 )
 
-# Under JAX every initializer compiles one XLA program per weight shape, and a
-# whole-model jit compiles the ResNet once more: most of this process's time, spent
-# on numbers nobody reads. So the model is built in a stateless scope (no variable
-# initialised), the checkpoint's values, which the loader assigns in that scope, are
-# then written to the variables (None, an error, for a variable the loader left
-# out), and the model runs eagerly (op by op, each op compiled once).
+# Under JAX every initializer compiles an XLA program per weight shape, and a
+# whole-model jit compiles the ResNet again: most of this process's time, spent on
+# values the checkpoint replaces. So the model is built and loaded in a stateless
+# scope (which records the loader's assignments and initialises no variable), each
+# variable then gets its recorded checkpoint value (one the loader did not assign is
+# an error), and the model runs eagerly (each op compiled once).
 _WORKER = """
 import sys
 import keras, numpy as np

@@ -53,8 +53,7 @@ def run_tool(*args):
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """train: 12 images per class; test: 6 per class (tools/make_tfrecords.py)."""
-    sys.path.insert(0, os.path.join(ROOT, "tools"))  # as trainers/testing.py imports it
-    import make_tfrecords
+    from keras_vit_tools import make_tfrecords
 
     rng = np.random.default_rng(0)
     splits = {}
@@ -111,7 +110,7 @@ def test_visualize_writes_the_four_figures(data_dir, run_dir, tmp_path):
 
 
 def test_images_are_read_from_files_and_tfrecords_and_a_bad_glob_is_named(data_dir, tmp_path):
-    from tools import inspect_io
+    from keras_vit_tools import inspect_io
 
     images, labels = inspect_io.load_images(os.path.join(data_dir, "test-*.tfrecord"), (16, 16), 7)
     assert images.shape == (7, 16, 16, 3) and images.dtype == np.float32
@@ -149,7 +148,7 @@ def test_fewshot_tool_reports_every_shot_count(data_dir, run_dir, tmp_path):
 
 
 def _evaluator_context(data_dir):
-    from trainers import evaluators, objectives
+    from keras_vit_trainers import evaluators, objectives
 
     return evaluators.Context(
         data_dir, IMAGE, NUM_CLASSES, objectives.get("classification"), None, 8, {}
@@ -158,8 +157,7 @@ def _evaluator_context(data_dir):
 
 def test_fewshot_evaluator_runs_every_n_steps(data_dir):
     import tensorflow as tf
-
-    from trainers import evaluators
+    from keras_vit_trainers import evaluators
 
     keras.utils.set_random_seed(4)
     model = keras_vit.VisionTransformer(**MODEL)
@@ -189,8 +187,8 @@ def test_fewshot_evaluator_runs_every_n_steps(data_dir):
 
 
 def test_evaluators_from_config(data_dir):
-    from configs import common
-    from trainers import evaluators
+    from keras_vit_configs import common
+    from keras_vit_trainers import evaluators
 
     context = _evaluator_context(data_dir)
     evals = {"test": common.classification_eval(), "fewshot": common.fewshot_eval()}

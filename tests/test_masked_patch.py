@@ -309,35 +309,58 @@ def test_predictor_serialisation_round_trip(tmp_path, rng):
     )
 
 
-def test_runs_on_the_jax_backend(tmp_path):
-    script = textwrap.dedent("""
-        import numpy as np, keras, keras_vit
-        from keras_vit import masked_patch
-        assert keras.backend.backend() == "jax"
-        vit = keras_vit.VisionTransformer(image_size=8, patch_size=4, hidden_size=8,
-                                          mlp_dim=16, num_heads=2, num_layers=1)
-        model = masked_patch.MaskedPatchPredictor(vit, target="intensity", seed=0)
-        x = np.linspace(-1, 1, 4 * 8 * 8 * 3, dtype="float32").reshape(4, 8, 8, 3)
-        # Image b's pixels rise through [64 b, 64 (b + 1)): its top patches' mean
-        # falls in intensity bin 2 b, its bottom patches' in bin 2 b + 1.
-        y = model.targets(x)
-        out = model(x)
-        loss = np.asarray(masked_patch.MaskedPatchLoss()(y, out))
-        out = np.asarray(out)
-        assert out.shape == (4, 4, 9) and (out[..., -1].sum(1) == 2).all(), out.shape
-        assert np.asarray(y).tolist() == [[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 5, 5],
-                                          [6, 6, 7, 7]], y
-        assert abs(loss - np.log(8)) < 1e-5, loss  # zero-initialised head
-        print("ok")
-    """)
+_JAX_SCRIPT = textwrap.dedent("""
+    import numpy as np, keras, keras_vit
+    from keras_vit import masked_patch
+    assert keras.backend.backend() == "jax"
+    vit = keras_vit.VisionTransformer(image_size=8, patch_size=4, hidden_size=8,
+                                      mlp_dim=16, num_heads=2, num_layers=1)
+    model = masked_patch.MaskedPatchPredictor(vit, target="intensity", seed=0)
+    x = np.linspace(-1, 1, 4 * 8 * 8 * 3, dtype="float32").reshape(4, 8, 8, 3)
+    # Image b's pixels rise through [64 b, 64 (b + 1)): its top patches' mean
+    # falls in intensity bin 2 b, its bottom patches' in bin 2 b + 1.
+    y = model.targets(x)
+    out = model(x)
+    loss = np.asarray(masked_patch.MaskedPatchLoss()(y, out))
+    out = np.asarray(out)
+    assert out.shape == (4, 4, 9) and (out[..., -1].sum(1) == 2).all(), out.shape
+    assert np.asarray(y).tolist() == [[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 5, 5],
+                                      [6, 6, 7, 7]], y
+    assert abs(loss - np.log(8)) < 1e-5, loss  # zero-initialised head
+    print("ok")
+""")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def jax_process(request):
+    """The JAX-backend check's process, started before this module's first test when
+    `test_runs_on_the_jax_backend` is selected, so that its JAX start-up and
+    compiles overlap the other tests here; killed at the module's end if still
+    running. None when that test is not selected."""
+    selected = [
+        item
+        for item in request.session.items
+        if getattr(item, "module", None) is request.module
+        and item.name == "test_runs_on_the_jax_backend"
+    ]
+    if not selected:
+        yield None
+        return
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    result = subprocess.run(
-        [sys.executable, "-c", script],
+    process = subprocess.Popen(
+        [sys.executable, "-c", _JAX_SCRIPT],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=False,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.startswith("ok")
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
+
+
+def test_runs_on_the_jax_backend(jax_process):
+    stdout, stderr = jax_process.communicate(timeout=300)  # on a timeout, the fixture kills it
+    assert jax_process.returncode == 0, stderr[-3000:]
+    assert stdout.startswith("ok")

@@ -4,7 +4,6 @@ fine-tune loader, `config.train_examples`."""
 import json
 import math
 import os
-import sys
 
 import h5py
 import keras
@@ -16,10 +15,13 @@ import keras_vit
 from keras_vit import masked_patch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-from configs import fashion_mnist, fashion_mnist_masked_patch  # noqa: E402
-from trainers import input_pipeline, objectives, testing, train_config, train_lib  # noqa: E402
+from keras_vit_configs import fashion_mnist, fashion_mnist_masked_patch  # noqa: E402
+from keras_vit_trainers import input_pipeline, objectives, testing, train_config, train_lib  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
 
 TINY_MODEL = dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1, patch_size=7)
 

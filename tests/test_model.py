@@ -62,9 +62,10 @@ def test_non_square_image_and_bad_sizes():
 
 
 def test_builders_take_keyword_arguments():
-    model = keras_vit.ViT_Ti16(
-        image_size=32, num_classes=3, classifier="gap", representation_size=8, dropout_rate=0.1
-    )
+    with keras.StatelessScope(initialize_variables=False):  # the config is all it reads
+        model = keras_vit.ViT_Ti16(
+            image_size=32, num_classes=3, classifier="gap", representation_size=8, dropout_rate=0.1
+        )
     config = model.get_config()
     assert config["patch_size"] == (16, 16) and config["hidden_size"] == 192
     assert config["num_classes"] == 3 and config["representation_size"] == 8

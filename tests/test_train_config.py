@@ -3,9 +3,8 @@ and the command line, which always wins; and the trainer's exit on an --init tha
 does not fit the config."""
 
 import pytest
-
-from configs import common, fashion_mnist
-from trainers import testing, train_config
+from keras_vit_configs import common, fashion_mnist
+from keras_vit_trainers import testing, train_config
 
 
 def test_defaults_come_from_common_and_the_mode():

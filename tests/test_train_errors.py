@@ -3,9 +3,13 @@
 import json
 import os
 
+import keras
 import pytest
+from keras_vit_trainers import testing
 
-from trainers import testing
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,13 @@
 import json
 import os
 
-from trainers import testing
+import keras
+import pytest
+from keras_vit_trainers import testing
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
 
 
 def test_pretrain_reports_periodic_fewshot(tmp_path):

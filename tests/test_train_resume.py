@@ -6,10 +6,14 @@ import re
 import subprocess
 import time
 
+import keras
 import numpy as np
 import pytest
+from keras_vit_trainers import testing
 
-from trainers import testing
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
 
 STEPS = [
     "--strategy=default",

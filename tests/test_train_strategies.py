@@ -4,10 +4,14 @@ agree with single-device training on the same global batches."""
 import json
 import subprocess
 
+import keras
 import numpy as np
 import pytest
+from keras_vit_trainers import testing
 
-from trainers import testing
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
 
 STEPS = ["--config.total_steps=3", "--config.checkpoint_every=1"]
 

@@ -12,13 +12,9 @@ model's config, beside it) or `.npz` (the official layout, published names).
 """
 
 import json
-import os
-import sys
 
 from absl import flags
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainers import console
+from keras_vit_trainers import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: our lines only

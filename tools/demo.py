@@ -23,8 +23,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from trainers import console
+from keras_vit_trainers import console
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
 

@@ -21,21 +21,18 @@ pip install -e '.[onnx]'.
 
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainers import console
+from keras_vit_trainers import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: our lines only
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
 from absl import app, flags
-
-from deploy import datasets, preprocessing, serving
-from deploy import flags as deploy_flags
-from deploy import onnx as onnx_export
-from deploy import report as report_lib
+from keras_vit_deploy import datasets, preprocessing, serving
+from keras_vit_deploy import flags as deploy_flags
+from keras_vit_deploy import onnx as onnx_export
+from keras_vit_deploy import report as report_lib
 
 FLAGS = flags.FLAGS
 deploy_flags.define_model_flags()

@@ -14,19 +14,16 @@ docs/deployment.md.
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainers import console
+from keras_vit_trainers import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: our lines only
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
 from absl import app, flags
-
-from deploy import flags as deploy_flags
-from deploy import serving, sources
+from keras_vit_deploy import flags as deploy_flags
+from keras_vit_deploy import serving, sources
 
 FLAGS = flags.FLAGS
 deploy_flags.define_model_flags()

@@ -18,21 +18,16 @@ shot count, and writes --output_json when given.
 """
 
 import json
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from trainers import console
+from keras_vit_trainers import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported
 
 from absl import app, flags
-
-from configs import common
-from tools import inspect_io
+from keras_vit_configs import common
+from keras_vit_tools import inspect_io
 
 inspect_io.define_model_flags()
 DEFAULTS = common.fewshot_eval()  # the trainers' few-shot evaluator's defaults
@@ -61,7 +56,7 @@ FLAGS = flags.FLAGS
 def run(model, data_dir, batch_size=256, **options):
     """Few-shot results of `model` on `data_dir` (keras_vit.fewshot.evaluate) and a
     dict describing the run. `options`: trainers.fewshot_evaluator.DEFAULTS."""
-    from trainers import fewshot_evaluator
+    from keras_vit_trainers import fewshot_evaluator
 
     start = time.perf_counter()
     evaluator = fewshot_evaluator.FewShotEvaluator(

@@ -17,21 +17,20 @@ IMAGE_EXTS = (".png", ".jpg", ".jpeg")
 
 
 def define_model_flags():
-    from deploy import flags as deploy_flags
+    from keras_vit_deploy import flags as deploy_flags
 
     deploy_flags.define_model_flags()
 
 
 def load_model_from_flags():
-    from deploy import flags as deploy_flags
+    from keras_vit_deploy import flags as deploy_flags
 
     return deploy_flags.model_from_flags()
 
 
 def _image_files(paths, image_size):
     import tensorflow as tf
-
-    from deploy import datasets
+    from keras_vit_deploy import datasets
 
     pixels = []
     for path in paths:
@@ -53,8 +52,9 @@ def load_images(pattern, image_size, limit):
       (images (N, H, W, 3) float32 in [-1, 1] at `image_size`, labels (N,) int64,
       -1 where unknown).
     """
+    from keras_vit_deploy import datasets
+
     import keras_vit
-    from deploy import datasets
 
     paths = sorted(glob.glob(pattern))
     if not paths:

@@ -21,10 +21,8 @@ import sys
 
 import numpy as np
 from absl import app, flags
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from deploy.datasets import DataError, read_idx  # one owner of each
-from trainers import console
+from keras_vit_deploy.datasets import DataError, read_idx  # one owner of each
+from keras_vit_trainers import console
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("source", "fashion_mnist", "fashion_mnist | folder:PATH | tfds:NAME[:CONFIG]")

@@ -14,17 +14,14 @@ for the model (the RGB filters of a hybrid) is skipped with a message saying why
 
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainers import console
+from keras_vit_trainers import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: our lines only
 
 from absl import app, flags, logging
-
-from tools import figures, inspect_io
+from keras_vit_tools import figures, inspect_io
 
 inspect_io.define_model_flags()
 

@@ -4,9 +4,8 @@ import sys
 
 from absl import app, flags
 from absl import logging as absl_logging
+from keras_vit_trainers import console
 from ml_collections import config_flags
-
-from trainers import console
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -50,10 +49,11 @@ def main(mode):
             )
         console.setup()  # again: absl raised its own verbosity to INFO parsing the flags
         # The strategy first: logical CPUs and collectives must be set up before TF starts.
+        from keras_vit_trainers import input_pipeline, train_config, train_lib
+        from keras_vit_trainers import strategy as strategy_lib
+
         from keras_vit.checkpoint import CheckpointError
         from keras_vit.run_directory import RunDirectoryError
-        from trainers import input_pipeline, train_config, train_lib
-        from trainers import strategy as strategy_lib
 
         try:
             config = train_config.resolve(

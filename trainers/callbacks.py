@@ -11,10 +11,10 @@ import time
 import keras
 import numpy as np
 import tensorflow as tf
+from keras_vit_trainers import console
+from keras_vit_trainers.summaries import write_scalar
 
 from keras_vit import run_directory
-from trainers import console
-from trainers.summaries import write_scalar
 
 log = logging.getLogger("trainers")
 

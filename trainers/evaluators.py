@@ -23,10 +23,9 @@ import logging
 
 import keras
 import tensorflow as tf
-
-from configs import common
-from trainers import fewshot_evaluator, input_pipeline
-from trainers.summaries import write_scalar
+from keras_vit_configs import common
+from keras_vit_trainers import fewshot_evaluator, input_pipeline
+from keras_vit_trainers.summaries import write_scalar
 
 log = logging.getLogger("trainers")
 

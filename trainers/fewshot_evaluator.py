@@ -30,10 +30,10 @@ import logging
 import keras
 import numpy as np
 import tensorflow as tf
+from keras_vit_configs import common
+from keras_vit_trainers import console, input_pipeline
 
-from configs import common
 from keras_vit import fewshot
-from trainers import console, input_pipeline
 
 log = logging.getLogger("trainers")
 

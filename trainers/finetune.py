@@ -9,16 +9,11 @@ classes, position embeddings are interpolated to `image_size`. With
 `ema_momentum` > 0 the Polyak-averaged weights are evaluated and exported.
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from trainers import console
+from keras_vit_trainers import console
 
 console.setup()  # before TensorFlow is imported: our lines only, a progress bar
 
-from trainers import app
+from keras_vit_trainers import app
 
 if __name__ == "__main__":
     app.main("finetune")

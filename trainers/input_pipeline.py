@@ -33,10 +33,9 @@ import logging
 import os
 
 import tensorflow as tf
-
-from configs.common import VERIFY_MAX_BYTES
-from deploy import datasets
-from trainers import augment as augment_lib
+from keras_vit_configs.common import VERIFY_MAX_BYTES
+from keras_vit_deploy import datasets
+from keras_vit_trainers import augment as augment_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
 MEAN, SCALE = 127.5, 127.5  # [0, 255] -> [-1, 1], as the official code.

@@ -12,8 +12,7 @@ the official code does.
 """
 
 import keras
-
-from trainers.keras_workarounds import ClipAfterAllReduce
+from keras_vit_trainers.keras_workarounds import ClipAfterAllReduce
 
 
 @keras.saving.register_keras_serializable(package="keras_vit_trainers")

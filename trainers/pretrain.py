@@ -8,16 +8,11 @@ Rerunning the same command on an existing RUN resumes ("resumed from step N").
 See trainers/README.md for the run directory.
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from trainers import console
+from keras_vit_trainers import console
 
 console.setup()  # before TensorFlow is imported: our lines only, a progress bar
 
-from trainers import app
+from keras_vit_trainers import app
 
 if __name__ == "__main__":
     app.main("pretrain")

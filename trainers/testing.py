@@ -40,8 +40,7 @@ def synthetic_split(n, seed, num_classes=4, size=28):
 
 
 def make_tiny_data(output_dir, n_train=128, n_test=64, per_shard=32, num_classes=4):
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import make_tfrecords
+    from keras_vit_tools import make_tfrecords
 
     splits = {}
     for name, n, seed in (("train", n_train, 0), ("test", n_test, 1)):

@@ -11,8 +11,7 @@ pretrain.py) is an error naming the key, since it could not take effect.
 """
 
 import ml_collections
-
-from configs import common
+from keras_vit_configs import common
 
 MODES = tuple(common.TRAINER_DEFAULTS)
 

@@ -20,10 +20,8 @@ import time
 
 import keras
 import tensorflow as tf
-
-from keras_vit import run_directory
-from trainers import callbacks as callbacks_lib
-from trainers import (
+from keras_vit_trainers import callbacks as callbacks_lib
+from keras_vit_trainers import (
     curves,
     evaluators,
     input_pipeline,
@@ -33,8 +31,10 @@ from trainers import (
     optimizers,
     schedules,
 )
-from trainers import strategy as strategy_lib
-from trainers.callbacks import TrainingDivergedError  # noqa: F401  (raised by run)
+from keras_vit_trainers import strategy as strategy_lib
+from keras_vit_trainers.callbacks import TrainingDivergedError  # noqa: F401  (raised by run)
+
+from keras_vit import run_directory
 
 log = logging.getLogger("trainers")
 

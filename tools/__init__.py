@@ -1,0 +1,1 @@
+"""Command-line tools around keras_vit (installed as keras_vit_tools)."""
