@@ -4,13 +4,13 @@
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 
 import keras
 import numpy as np
 import pytest
 from absl import flags
+from keras_vit_trainers import testing
 from numpy_vit import random_params, vit_forward
 
 import keras_vit
@@ -37,23 +37,16 @@ def command(checkpoint):
     module's first test so that its TensorFlow start-up overlaps the in-process
     checks; killed at the module's end if still running."""
     directory, _, npz = checkpoint
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            TOOL,
-            f"--model={MODEL}",
-            f"--weights={npz}",
-            f"--output={directory / 'vit.weights.h5'}",
-            "--image_size=48",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    yield process
-    if process.poll() is None:
-        process.kill()
-        process.communicate()
+    cmd = [
+        sys.executable,
+        TOOL,
+        f"--model={MODEL}",
+        f"--weights={npz}",
+        f"--output={directory / 'vit.weights.h5'}",
+        "--image_size=48",
+    ]
+    with testing.started(cmd) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,13 @@
 """Masked patch prediction (paper §4.6): corruption, targets, loss, training, saving."""
 
 import os
-import subprocess
 import sys
 import textwrap
 
 import keras
 import numpy as np
 import pytest
+from keras_vit_trainers import testing
 
 import keras_vit
 from keras_vit import masked_patch
@@ -347,17 +347,8 @@ def jax_process(request):
         yield None
         return
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    process = subprocess.Popen(
-        [sys.executable, "-c", _JAX_SCRIPT],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    yield process
-    if process.poll() is None:
-        process.kill()
-        process.communicate()
+    with testing.started([sys.executable, "-c", _JAX_SCRIPT], env=env) as process:
+        yield process
 
 
 def test_runs_on_the_jax_backend(jax_process):

@@ -1,5 +1,6 @@
 """Helpers for the trainer tests: tiny synthetic data, tiny configs, subprocess runs."""
 
+import contextlib
 import json
 import os
 import socket
@@ -83,6 +84,21 @@ def run(cmd, timeout=240, **env_extra):
         timeout=timeout,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def started(cmd, **popen_kwargs):
+    """A subprocess started now with its output captured (text), for a fixture that
+    overlaps a slow start-up with other tests; killed on exit if still running."""
+    process = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
 
 
 def free_ports(n):
