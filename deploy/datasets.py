@@ -15,6 +15,18 @@ import tensorflow as tf
 from keras_vit_deploy.preprocessing import ENCODED_KEY, LABEL_KEY
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_MNIST_CLASSES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
 
 
 class DataError(ValueError):

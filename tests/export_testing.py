@@ -23,18 +23,7 @@ from keras_vit import run_directory
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE_SIZE = 28
 NUM_CLASSES = 10
-CLASS_NAMES = [
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-]
+CLASS_NAMES = datasets.FASHION_MNIST_CLASSES
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,15 +21,24 @@ import sys
 
 import numpy as np
 from absl import app, flags
-from keras_vit_deploy.datasets import DataError, read_idx  # one owner of each
 from keras_vit_trainers import console
+
+if __name__ == "__main__":
+    console.setup()  # before TensorFlow is imported (by keras_vit_deploy): our lines only
+
+from keras_vit_deploy.datasets import (  # one owner of each
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_DIR,
+    DataError,
+    read_idx,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("source", "fashion_mnist", "fashion_mnist | folder:PATH | tfds:NAME[:CONFIG]")
 flags.DEFINE_string("output_dir", None, "Where the shards and manifest.json go.")
 flags.DEFINE_string(
     "fashion_mnist_dir",
-    "/usr/share/datasets/fashion-mnist",
+    FASHION_MNIST_DIR,
     "IDX files (Debian package dataset-fashion-mnist).",
 )
 flags.DEFINE_integer("examples_per_shard", 10000, "Examples per shard (approx).")
@@ -44,18 +53,6 @@ flags.DEFINE_bool(
     "skipped, counted in the manifest and named in a warning).",
 )
 
-FASHION_MNIST_CLASSES = [
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-]
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")
 MAX_NAMED_SKIPS = 100  # the manifest names at most this many skipped examples per split
 
