@@ -111,7 +111,8 @@ def init_hint(init):
 @dataclasses.dataclass
 class Plan:
     """The run's sizes: the global batch of one update, micro-batches per update,
-    steps, the checkpoint interval (one Keras epoch) and where training resumes."""
+    steps, the checkpoint interval (one Keras epoch), where training resumes and the
+    checkpoint folder it resumes from (this worker's)."""
 
     batch: int
     accum: int
@@ -119,6 +120,7 @@ class Plan:
     total_steps: int
     every: int
     start_epoch: int
+    checkpoint_dir: str
 
     @property
     def epochs(self):
@@ -159,7 +161,7 @@ def plan(config, strategy, checkpoint_dir):
             every,
         )
     start_epoch = min(callbacks_lib.RunCheckpoint.saved_epoch(checkpoint_dir), total_steps // every)
-    return Plan(batch, accum, spe, total_steps, every, start_epoch)
+    return Plan(batch, accum, spe, total_steps, every, start_epoch, checkpoint_dir)
 
 
 def _set_precision(config, strategy):
@@ -248,7 +250,7 @@ def fit(model, config, strategy, data, plan, run, chief, evals, data_dir, common
         )
         keras_workarounds.prepare_multi_worker_fit(model, strategy, batch)
     guard = callbacks_lib.NanGuard(plan.every)
-    checkpoint_dir = run.checkpoints(None if chief else strategy_lib.worker_index(strategy))
+    checkpoint_dir = plan.checkpoint_dir
     logger = callbacks_lib.RunLogger(
         plan.every, plan.batch, plan.total_steps, run if chief else None
     )
