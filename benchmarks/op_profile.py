@@ -8,16 +8,13 @@ profile behind docs/speed.md's "bfloat16 that pays".
 
     python benchmarks/op_profile.py --variant=ViT_B16 --batch=8 --dtype=mixed_bfloat16
 
-The profiler's own op statistics come through a private TensorFlow module
-(`_pywrap_profiler_plugin`, what TensorBoard's profile plugin calls), the one thing here
-that may move between TensorFlow releases: it is used in `op_stats` alone.
+The profiler's op statistics are read by benchmarks/profiler_stats.py, through a private
+TensorFlow module (tests/test_profiler_stats.py checks that it still works).
 """
 
 import argparse
 import collections
-import glob
 import json
-import os
 import sys
 import tempfile
 import time
@@ -29,7 +26,7 @@ console.setup()
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from keras_vit_benchmarks import speed_models  # noqa: E402
+from keras_vit_benchmarks import profiler_stats, speed_models  # noqa: E402
 from keras_vit_benchmarks.machine import describe  # noqa: E402
 
 from keras_vit.variants import VARIANTS  # noqa: E402
@@ -44,6 +41,12 @@ def parse_args(argv=None):
     parser.add_argument(
         "--jit_compile", default="auto", choices=("auto", "true", "false"), help="as Model.compile"
     )
+    parser.add_argument(
+        "--call",
+        default="predict_on_batch",
+        choices=("predict_on_batch", "predict"),
+        help="the Keras call timed: one batch, or predict's loop over a 1-batch array",
+    )
     parser.add_argument("--steps", type=int, default=3, help="traced steps")
     parser.add_argument("--top", type=int, default=25, help="op types to print")
     parser.add_argument(
@@ -51,26 +54,6 @@ def parse_args(argv=None):
     )
     parser.add_argument("--json", help="write the table here")
     return parser.parse_args(argv)
-
-
-def op_stats(logdir):
-    """The profiler's per-op statistics under `logdir`: one dict per TensorFlow op run
-    on the host (type, operation name, occurrences, total self time in µs), from its
-    `framework_op_stats` table; the profiler's IDLE row is left out."""
-    from tensorflow.python.profiler.internal import _pywrap_profiler_plugin as plugin
-
-    paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
-    if not paths:
-        raise RuntimeError(f"the profiler wrote no .xplane.pb under {logdir}")
-    data, ok = plugin.xspace_to_tools_data(paths, "framework_op_stats")
-    if not ok:
-        raise RuntimeError(f"could not read op statistics from {paths}: {data[:200]!r}")
-    table = json.loads(data)[0]
-    columns = [column["id"] for column in table["cols"]]
-    for row in table["rows"]:
-        values = dict(zip(columns, (cell.get("v") for cell in row["c"])))
-        if values["type"] != "IDLE":
-            yield values
 
 
 def main(argv=None):
@@ -84,22 +67,31 @@ def main(argv=None):
         -1, 1, (args.batch, args.image_size, args.image_size, 3)
     )
     images = images.astype("float32")
+    if args.call == "predict":
+
+        def step():
+            return model.predict(images, batch_size=args.batch, verbose=0)
+    else:
+
+        def step():
+            return model.predict_on_batch(images)
+
     for _ in range(2):  # trace and warm up
-        model.predict_on_batch(images)
+        step()
     start = time.perf_counter()
     for _ in range(args.steps):
-        model.predict_on_batch(images)
+        step()
     untraced = (time.perf_counter() - start) / args.steps
 
     logdir = tempfile.mkdtemp(prefix="op_profile_")
     tf.profiler.experimental.start(logdir)
     for _ in range(args.steps):
-        model.predict_on_batch(images)
+        step()
     tf.profiler.experimental.stop()
 
     per_type = collections.defaultdict(float)
     counts = collections.Counter()
-    ops = list(op_stats(logdir))
+    ops = list(profiler_stats.op_stats(logdir))
     for op in ops:
         per_type[op["type"]] += op["total_self_time"] / args.steps
         counts[op["type"]] += op["occurrences"]

@@ -186,8 +186,10 @@ def import_timm_vit():
 
 
 class MatmulRunner:
-    """`repeats` products of two (n, n) matrices in the compute dtype, jit-compiled
-    in the Keras backend: the device's practical matmul peak."""
+    """`repeats` products of two (n, n) matrices in the compute dtype, compiled as
+    keras_vit compiles a model of that dtype in the Keras backend: the practical matmul
+    peak of the path the model takes (on TensorFlow's CPU, XLA's dot does not use AMX:
+    bfloat16 there is oneDNN's matmul, 3.3x XLA's on the 2-core Xeon)."""
 
     def __init__(self, n, dtype, repeats=4):
         self.n, self.dtype, self.repeats = n, dtype, repeats
@@ -195,7 +197,7 @@ class MatmulRunner:
         a = keras.ops.convert_to_tensor(rng.standard_normal((n, n)).astype("float32"))
         b = keras.ops.convert_to_tensor(rng.standard_normal((n, n)).astype("float32"))
         self.a, self.b = keras.ops.cast(a, dtype), keras.ops.cast(b, dtype)
-        self.fn = _jit(lambda a, b: keras.ops.matmul(a, b))
+        self.fn = _jit(lambda a, b: keras.ops.matmul(a, b), dtype)
 
     def flops_per_step(self):
         return 2.0 * self.n**3 * self.repeats
@@ -210,7 +212,7 @@ class MatmulRunner:
         return {"n": self.n, "dtype": self.dtype, "repeats": self.repeats}
 
 
-def _jit(fn):
+def _jit(fn, dtype):
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
@@ -219,7 +221,16 @@ def _jit(fn):
     if backend == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(fn, jit_compile=True)
+        from keras_vit import compilation
+
+        xla = compilation.auto_jit_compile(
+            backend,
+            keras.backend.standardize_dtype(dtype),
+            compilation.cpu_flags(),
+            accelerator=compilation.has_accelerator(),
+            distributed=False,
+        )
+        return tf.function(fn, jit_compile=xla is not False)
     if backend == "torch":
         # One matmul is one ATen kernel call: eager is already the kernel's own speed,
         # and torch.compile would only add a graph around it.
