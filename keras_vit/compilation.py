@@ -17,22 +17,29 @@ The measurements it comes from (docs/speed.md, "Which compilation `predict` and
   hardware bfloat16 dot products TensorFlow's own bfloat16 kernels are slow, XLA
   computes in float32.
 - Intel Xeon Sapphire Rapids (AVX-512, AVX512-BF16, AMX-BF16), ViT-B/16 batch 8:
-  float32 8.58 / 8.27 (XLA stays), mixed_bfloat16 7.87 / 14.35 (no XLA: 1.8x).
-  TensorFlow's oneDNN kernels compute bfloat16 dot products in hardware (its 2048^2
-  bfloat16 matmul: 1.38 TFLOP/s against 0.34 in float32); XLA's CPU backend does not,
-  so under XLA bfloat16 is even slower than float32.
+  mixed_bfloat16 7.87 / 14.35 (no XLA: 1.8x). TensorFlow's oneDNN kernels compute
+  bfloat16 dot products in hardware (its 2048^2 bfloat16 matmul: 1.38 TFLOP/s against
+  0.34 in float32); XLA's CPU backend does not, so under XLA bfloat16 is even slower
+  than float32. float32 was level (8.58 / 8.27) until the attention and MLP matmuls ran
+  on 2-D rows, which TensorFlow's oneDNN path fuses with their biases and the GELU;
+  since then float32 inference is faster without XLA too: 4.09 / 4.78 and 3.93 / 4.53
+  (1.17x, 1.15x, two interleaved runs on 2026-12-01); training was level for ViT-S/16
+  (4.50 / 4.41) and 1.1x faster with XLA for the Fashion-MNIST demo's 128-wide model.
 
-Hence: no XLA exactly where the compute dtype is bfloat16 and the CPU has bfloat16
-dot-product instructions (`BF16_DOT_FLAGS`); XLA everywhere else on CPU-only
-TensorFlow. Measured on a CPU with both AMX-BF16 and AVX512-BF16; a CPU with
-AVX512-BF16 alone (Cooper Lake, AMD Zen 4) is inferred, not measured: oneDNN's
-bfloat16 dot products there are still at least as fast as its float32 ones, which
-is all no-XLA needs to win (under XLA, bfloat16 runs below float32 speed). float16
-and every unmeasured case keep XLA, the choice measured as the better one on a CPU
-without bfloat16 hardware; so does a CPU whose flags cannot be read (not Linux; ARM): its
-worst measured loss is 1.8x, against 4.7x for the other choice. Training (`fit`)
-uses the same answer (Keras has one `jit_compile` per model); it was measured on
-inference.
+Hence: no XLA where the compute dtype is bfloat16 and the CPU has bfloat16
+dot-product instructions (`BF16_DOT_FLAGS`), and where the compute dtype is float32 and
+the CPU has AVX-512 (`avx512f`: oneDNN's widest float32 kernels); XLA everywhere else on
+CPU-only TensorFlow. Measured on a CPU with AMX-BF16, AVX512-BF16 and AVX-512; a CPU
+with AVX512-BF16 but no AMX (Cooper Lake, AMD Zen 4) is inferred for bfloat16: oneDNN's
+bfloat16 dot products there are still at least as fast as its float32 ones, which is all
+no-XLA needs to win (under XLA, bfloat16 runs below float32 speed); an AVX-512 CPU
+without AMX (Skylake-X, Ice Lake) is inferred for float32, which AMX does not compute.
+float16, float32 on AVX2-only CPUs (the EPYC, measured before the fusion) and every
+unmeasured case keep XLA, the choice measured as the better one on a CPU without
+bfloat16 hardware; so does a CPU whose flags cannot be read (not Linux; ARM): its worst
+measured loss is 1.8x, against 4.7x for the other choice. Training (`fit`) uses the
+same answer (Keras has one `jit_compile` per model); the rule follows inference, where
+the choice matters most on a CPU.
 
 Under JAX the rule is Keras' (always XLA); on TensorFlow with a GPU/TPU, under a
 tf.distribute strategy and on other backends it defers to Keras (`None`). A
@@ -49,6 +56,8 @@ import keras
 # hardware bfloat16 dot products: AMX tiles (Sapphire Rapids and later) and AVX-512
 # BF16 (Cooper Lake, Sapphire Rapids, AMD Zen 4).
 BF16_DOT_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
+# ... and AVX-512 Foundation, on which oneDNN's fused float32 kernels beat XLA's.
+FLOAT32_NO_XLA_FLAGS = frozenset({"avx512f"})
 
 CPUINFO = "/proc/cpuinfo"
 
@@ -86,8 +95,11 @@ def auto_jit_compile(backend, compute_dtype, cpu_flags, accelerator, distributed
         return True
     if backend != "tensorflow" or accelerator or distributed:
         return None
-    if compute_dtype == "bfloat16" and cpu_flags is not None and BF16_DOT_FLAGS & cpu_flags:
-        return False
+    if cpu_flags is not None:
+        if compute_dtype == "bfloat16" and BF16_DOT_FLAGS & cpu_flags:
+            return False
+        if compute_dtype == "float32" and FLOAT32_NO_XLA_FLAGS & cpu_flags:
+            return False
     return True
 
 

@@ -40,11 +40,15 @@ TINY = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2,
         ("tensorflow", "bfloat16", ZEN3, False, False, True),
         ("tensorflow", "bfloat16", SKYLAKE_X, False, False, True),
         ("tensorflow", "bfloat16", None, False, False, True),
-        # ... and for float32 / float16 on every CPU.
-        ("tensorflow", "float32", SAPPHIRE_RAPIDS, False, False, True),
+        # ... no XLA for float32 on AVX-512 CPUs, XLA on AVX2-only ones or unknown flags ...
+        ("tensorflow", "float32", SAPPHIRE_RAPIDS, False, False, False),
+        ("tensorflow", "float32", SKYLAKE_X, False, False, False),
+        ("tensorflow", "float32", ZEN4, False, False, False),
         ("tensorflow", "float32", ZEN3, False, False, True),
         ("tensorflow", "float32", None, False, False, True),
+        # ... and XLA for float16 on every CPU.
         ("tensorflow", "float16", SAPPHIRE_RAPIDS, False, False, True),
+        ("tensorflow", "float16", ZEN3, False, False, True),
         # JAX: always XLA, as in Keras.
         ("jax", "bfloat16", SAPPHIRE_RAPIDS, False, False, True),
         ("jax", "float32", None, True, False, True),
@@ -125,19 +129,27 @@ def test_compile_auto_uses_the_rule(machine):
     assert mixed.jit_compile is (not TF)
     float32 = VisionTransformer(**TINY, num_classes=2)
     float32.compile(loss="mse")
+    assert float32.jit_compile is (not TF)  # AVX-512: no XLA on TensorFlow
+    machine(ZEN3)
+    float32.compile(loss="mse")
     assert float32.jit_compile is True  # Keras alone would say False on CPU-only TF
 
 
 @RULE_APPLIES
 def test_explicit_jit_compile_wins(machine):
-    machine(SAPPHIRE_RAPIDS)  # the rule: no XLA for bfloat16 (TF), XLA for float32
+    machine(ZEN3)  # the rule: XLA for both dtypes
     mixed = VisionTransformer(**TINY, num_classes=2, dtype="mixed_bfloat16")
-    mixed.compile(loss="mse", jit_compile=True)
-    assert mixed.jit_compile is True
+    mixed.compile(loss="mse", jit_compile=False)
+    assert mixed.jit_compile is False
     float32 = VisionTransformer(**TINY, num_classes=2)
     float32.compile(loss="mse", jit_compile=False)
     assert float32.jit_compile is False
     float32.compile(loss="mse", jit_compile="auto")
+    assert float32.jit_compile is True
+    machine(SAPPHIRE_RAPIDS)  # the rule: no XLA for either on TensorFlow
+    mixed.compile(loss="mse", jit_compile=True)
+    assert mixed.jit_compile is True
+    float32.compile(loss="mse", jit_compile=True)
     assert float32.jit_compile is True
 
 
