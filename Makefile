@@ -44,7 +44,8 @@ format: setup
 # (tests/torch_stage.txt; torch's CPU wheel from the package index).
 # The suite on two worker processes (pytest-xdist), each module on one of them (its module
 # fixtures are built once): most tests are bound by one thread (tracing, converters, child
-# processes), so two workers keep both cores busy (665 s -> 398-517 s on the 2-core Xeon).
+# processes), so two workers keep both cores busy (665 s -> 398-517 s on the 2-core Xeon;
+# three workers gave 473 s against two's 452 s, no gain).
 # The two short stages run in one process: starting two workers costs them more than it gives.
 # PYTEST_WORKERS=0 runs the suite in this process.
 PYTEST_WORKERS ?= 2
