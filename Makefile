@@ -40,14 +40,14 @@ format: setup
 	$(VENV)/bin/ruff format --quiet .
 	$(VENV)/bin/ruff check --quiet --fix .
 
-# Then keras_vit on the torch backend: fidelity, serialisation, attention, layers
-# (tests/torch_stage.txt; torch's CPU wheel from the package index).
 # The suite on two worker processes (pytest-xdist), each module on one of them (its module
 # fixtures are built once): most tests are bound by one thread (tracing, converters, child
 # processes), so two workers keep both cores busy (665 s -> 398-517 s on the 2-core Xeon;
-# three workers gave 473 s against two's 452 s, no gain).
-# The two short stages run in one process: starting two workers costs them more than it gives.
-# PYTEST_WORKERS=0 runs the suite in this process.
+# three workers gave 473 s against two's 452 s, no gain). PYTEST_WORKERS=0 runs the suite
+# in this process. Then the numeric tests with oneDNN off, and keras_vit on the torch
+# backend: fidelity, serialisation, attention, layers (tests/torch_stage.txt; torch's CPU
+# wheel from the package index). These two short stages run in one process each: starting
+# two workers costs them more than it gives.
 PYTEST_WORKERS ?= 2
 test: setup data lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests

@@ -27,7 +27,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras_vit_benchmarks import profiler_stats, speed_models  # noqa: E402
-from keras_vit_benchmarks.machine import describe  # noqa: E402
+from keras_vit_benchmarks.machine import describe, machine_info  # noqa: E402
 
 from keras_vit.variants import VARIANTS  # noqa: E402
 
@@ -63,10 +63,8 @@ def main(argv=None):
     model = speed_models.keras_vit_model(arch, args.image_size, 1000)
     jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
     model.compile(jit_compile=jit)
-    images = np.random.default_rng(0).uniform(
-        -1, 1, (args.batch, args.image_size, args.image_size, 3)
-    )
-    images = images.astype("float32")
+    shape = (args.batch, args.image_size, args.image_size, 3)
+    images = np.random.default_rng(0).uniform(-1, 1, shape).astype("float32")
     if args.call == "predict":
 
         def step():
@@ -116,7 +114,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(
                 {
-                    "machine": describe(),
+                    "machine": machine_info(),
                     "args": vars(args),
                     "step_ms": untraced * 1e3,
                     "ops_ms": {k: v / 1e3 for k, v in rows},

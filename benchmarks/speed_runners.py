@@ -189,7 +189,8 @@ class MatmulRunner:
     """`repeats` products of two (n, n) matrices in the compute dtype, compiled as
     keras_vit compiles a model of that dtype in the Keras backend: the practical matmul
     peak of the path the model takes (on TensorFlow's CPU, XLA's dot does not use AMX:
-    bfloat16 there is oneDNN's matmul, 3.3x XLA's on the 2-core Xeon)."""
+    bfloat16 there is oneDNN's matmul, 2.8x XLA's on the 2-core Xeon: 0.456 against 0.163
+    TFLOP/s, docs/speed.md)."""
 
     def __init__(self, n, dtype, repeats=4):
         self.n, self.dtype, self.repeats = n, dtype, repeats
@@ -223,13 +224,7 @@ def _jit(fn, dtype):
 
         from keras_vit import compilation
 
-        xla = compilation.auto_jit_compile(
-            backend,
-            keras.backend.standardize_dtype(dtype),
-            compilation.cpu_flags(),
-            accelerator=compilation.has_accelerator(),
-            distributed=False,
-        )
+        xla = compilation.auto_jit_compile_here(keras.backend.standardize_dtype(dtype))
         return tf.function(fn, jit_compile=xla is not False)
     if backend == "torch":
         # One matmul is one ATen kernel call: eager is already the kernel's own speed,

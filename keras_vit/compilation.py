@@ -129,15 +129,24 @@ def supports_jit(model):
     return model_supports_jit(model)
 
 
+def auto_jit_compile_here(compute_dtype, distributed=False):
+    """`auto_jit_compile` for the Keras backend in use and this machine's CPU flags and
+    devices: True/False, or None where Keras' own choice stands."""
+    backend = keras.backend.backend()
+    return auto_jit_compile(
+        backend,
+        compute_dtype,
+        cpu_flags(),
+        accelerator=backend == "tensorflow" and has_accelerator(),
+        distributed=distributed,
+    )
+
+
 def resolve_auto_jit_compile(model):
     """`auto_jit_compile` for `model` on this machine: True/False, or None where
     Keras' own choice stands. True only where the model supports XLA."""
-    backend = keras.backend.backend()
-    choice = auto_jit_compile(
-        backend,
+    choice = auto_jit_compile_here(
         compute_dtype(model),
-        cpu_flags(),
-        accelerator=backend == "tensorflow" and has_accelerator(),
         distributed=getattr(model, "_distribute_strategy", None) is not None,
     )
     if choice:
