@@ -22,6 +22,7 @@ from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_deploy.datasets import read_idx
 
 import keras_vit
+from keras_vit.preprocessing import PIXEL_SCALE
 
 MODEL = dict(
     image_size=28,
@@ -38,7 +39,7 @@ MODEL = dict(
 def load(directory, prefix):
     images = read_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"))
     labels = read_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"))
-    images = np.repeat(images[..., None], 3, axis=-1).astype("float32") / 127.5 - 1.0
+    images = np.repeat(images[..., None], 3, axis=-1).astype("float32") / PIXEL_SCALE - 1.0
     return images, labels.astype("int64")
 
 

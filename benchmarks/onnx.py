@@ -46,7 +46,7 @@ import numpy as np
 from absl import flags
 from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_configs import fashion_mnist
-from keras_vit_deploy import datasets, interpreter, report, sources, tflite
+from keras_vit_deploy import datasets, interpreter, report, sources, tflite, timing
 from keras_vit_deploy import onnx as onnx_export
 
 import keras_vit
@@ -62,7 +62,7 @@ flags.DEFINE_integer("latency_repeats", 50, "Timed runs per runtime and thread c
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds (each of --latency_repeats runs).")
 flags.DEFINE_string("fashion_mnist_dir", datasets.FASHION_MNIST_DIR, "IDX files.")
 
-FASHION_MNIST_CLASSES = 10
+FASHION_MNIST_CLASSES = len(datasets.FASHION_MNIST_CLASSES)
 WARMUP = 10
 
 
@@ -150,14 +150,9 @@ def measure(name, model, info, work_dir):
     timers["keras"] = lambda px, repeats, warmup: onnx_export.keras_latency_ms(
         model, px, repeats=repeats, warmup=warmup, forward=forward
     )
-    interleaved = {key: [] for key in timers}
-    for _ in range(FLAGS.rounds):
-        for key, timer in timers.items():
-            interleaved[key].append(
-                timer(pixels, repeats=FLAGS.latency_repeats, warmup=WARMUP)["median_ms"]
-            )
-    for key, times in interleaved.items():
-        results[key]["interleaved_ms"] = float(np.median(times))
+    interleaved = timing.interleaved_ms(timers, pixels, FLAGS.rounds, FLAGS.latency_repeats, WARMUP)
+    for key, ms in interleaved.items():
+        results[key]["interleaved_ms"] = ms
     return {
         "model": {
             "name": name,

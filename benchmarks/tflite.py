@@ -34,6 +34,7 @@ from keras_vit_deploy import datasets, interpreter, report, serving, sources, tf
 
 import keras_vit
 from keras_vit import run_directory
+from keras_vit.preprocessing import PIXEL_SCALE
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A trained trainers/ run directory to measure.")
@@ -44,7 +45,7 @@ flags.DEFINE_integer("num_calibration_images", 500, "Training images calibrating
 flags.DEFINE_integer("latency_repeats", 500, "Timed invokes per variant and thread count.")
 flags.DEFINE_string("fashion_mnist_dir", datasets.FASHION_MNIST_DIR, "IDX files.")
 
-FASHION_MNIST_CLASSES = 10
+FASHION_MNIST_CLASSES = len(datasets.FASHION_MNIST_CLASSES)
 BATCH_SIZE = 128
 # The issue's targets: (min top-1 agreement, size as a fraction of float32).
 TARGETS = {"float16": (0.995, 0.5), "dynamic_int8": (0.99, 0.25), "int8": (0.98, None)}
@@ -62,7 +63,7 @@ def train_model(run_dir):
     labels = datasets.read_idx(os.path.join(FLAGS.fashion_mnist_dir, "train-labels-idx1-ubyte.gz"))
     count = min(len(images), FLAGS.train_steps * BATCH_SIZE)
     images, labels = images[:count], labels[:count]
-    pixels = np.repeat(images[..., None], 3, axis=-1).astype(np.float32) / 127.5 - 1.0
+    pixels = np.repeat(images[..., None], 3, axis=-1).astype(np.float32) / PIXEL_SCALE - 1.0
     model.compile(
         optimizer=keras.optimizers.AdamW(1e-3, weight_decay=0.05),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

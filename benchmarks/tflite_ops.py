@@ -38,7 +38,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 from keras import ops
 from keras_vit_benchmarks.machine import describe, machine_info
-from keras_vit_deploy import interpreter, tflite
+from keras_vit_deploy import interpreter, tflite, timing
 
 import keras_vit
 
@@ -97,17 +97,11 @@ def latency_ms(content):
     runner.allocate_tensors()
     for detail in runner.get_input_details():
         runner.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
-    for _ in range(10):
-        runner.invoke()
-    times = []
-    for _ in range(FLAGS.repeats):
-        start = time.perf_counter()
-        runner.invoke()
-        times.append(time.perf_counter() - start)
+    median = timing.latency_ms(lambda i: runner.invoke(), FLAGS.repeats, 10)["median_ms"]
     kinds_present = sorted(
         {op["op_name"] for op in runner._get_ops_details() if op["op_name"] != "DELEGATE"}
     )
-    return float(np.median(times) * 1e3), kinds_present
+    return median, kinds_present
 
 
 def whole_model_ms(variant, image_size):

@@ -2,9 +2,8 @@
 where it is installed (tf.lite.Interpreter is deprecated in its favour), else
 TensorFlow's."""
 
-import time
-
 import numpy as np
+from keras_vit_deploy import timing
 
 try:
     from ai_edge_litert.interpreter import Interpreter as _Interpreter
@@ -86,29 +85,20 @@ class TFLiteClassifier:
 
     def latency_ms(self, pixels, repeats=200, warmup=20):
         """Median and mean milliseconds per invoke (batch 1) over `repeats`
-        invokes cycling through `pixels` (N, H, W, C), after `warmup`."""
-        times = []
-        for i in range(warmup + repeats):
-            self._set_input(pixels[i % len(pixels)][None])
-            start = time.perf_counter()
-            self.interpreter.invoke()
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-        times = np.asarray(times) * 1e3
-        return {
-            "median_ms": float(np.median(times)),
-            "mean_ms": float(times.mean()),
-            "repeats": int(repeats),
-        }
+        invokes cycling through `pixels` (N, H, W, C), after `warmup`
+        (`timing.latency_ms`; setting the input is not timed)."""
+        return timing.latency_ms(
+            lambda i: self.interpreter.invoke(),
+            repeats,
+            warmup,
+            prepare=lambda i: self._set_input(pixels[i % len(pixels)][None]),
+        )
 
 
 def interleaved_latency_ms(classifiers, pixels, rounds=5, repeats=100, warmup=10):
     """{name: median over `rounds` of each round's median ms per invoke} for
     {name: TFLiteClassifier}, timed in turn within every round so that a noisy
-    machine slows them alike; comparisons between them hold within one call."""
-    per_round = {name: [] for name in classifiers}
-    for _ in range(rounds):
-        for name, classifier in classifiers.items():
-            timing = classifier.latency_ms(pixels, repeats=repeats, warmup=warmup)
-            per_round[name].append(timing["median_ms"])
-    return {name: float(np.median(times)) for name, times in per_round.items()}
+    machine slows them alike; comparisons between them hold within one call
+    (`timing.interleaved_ms`)."""
+    timers = {name: classifier.latency_ms for name, classifier in classifiers.items()}
+    return timing.interleaved_ms(timers, pixels, rounds, repeats, warmup)

@@ -8,7 +8,7 @@ in the SavedModel (`deploy/serving.py`, `output_names`): a classifier ending in
 logits `logits` (B, K) and `probabilities` (B, K) float32 (their softmax); one
 with `classifier_activation='softmax'` its `probabilities` (no second softmax),
 with another activation its `scores`; a headless model `features` (B, D) or
-`feature_map` (B, rows, cols, D). Scaling to [-1, 1] ((x / 127.5) - 1, as
+`feature_map` (B, rows, cols, D). Scaling to [-1, 1] (x / PIXEL_SCALE - 1, as
 deploy/preprocessing.py) happens inside the file, as in the SavedModel and the
 TFLite files. Our code only prepares the Keras model that is exported (rebuilt
 at the precision asked with the same weights, behind the scaling, with those
@@ -25,14 +25,15 @@ Needs the `onnx` extra (tf2onnx, onnxruntime, onnx): pip install -e '.[onnx]'.
 import collections
 import importlib
 import os
-import time
 import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
-from keras_vit_deploy import require_tensorflow_backend, serving
+from keras_vit_deploy import require_tensorflow_backend, serving, timing
 from keras_vit_deploy.preprocessing import scale_pixels
+
+from keras_vit.preprocessing import PIXEL_SCALE
 
 PRECISIONS = ("float32", "float16")
 # The Keras dtype policy each precision is exported under.
@@ -129,7 +130,7 @@ def prepare(model, precision="float32", dynamic_batch=False):
     # The file's outputs are named by the dict's keys; the layers get a prefix so
     # that none can clash with the wrapped model's own name.
     scaled = keras.layers.Rescaling(
-        1 / 127.5, offset=-1.0, name="onnx_scale_pixels", dtype="float32"
+        1 / PIXEL_SCALE, offset=-1.0, name="onnx_scale_pixels", dtype="float32"
     )(images)
     first = output_names(spec)[0]
     value = keras.layers.Activation("linear", name=f"onnx_{first}", dtype="float32")(
@@ -359,28 +360,13 @@ class ONNXClassifier:
 
     def latency_ms(self, pixels, repeats=200, warmup=20):
         """Median and mean milliseconds per run at batch 1 over `repeats` runs
-        cycling through `pixels` (N, H, W, C), after `warmup`."""
+        cycling through `pixels` (N, H, W, C), after `warmup` (`timing.latency_ms`)."""
         feeds = [{self.input["name"]: np.asarray(image[None], np.float32)} for image in pixels]
-        return _time(
+        return timing.latency_ms(
             lambda i: self.session.run([self.main_output], feeds[i % len(feeds)]),
             repeats,
             warmup,
         )
-
-
-def _time(call, repeats, warmup):
-    times = []
-    for i in range(warmup + repeats):
-        start = time.perf_counter()
-        call(i)
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    times = np.asarray(times) * 1e3
-    return {
-        "median_ms": float(np.median(times)),
-        "mean_ms": float(times.mean()),
-        "repeats": int(repeats),
-    }
 
 
 def keras_forward(model):
@@ -397,7 +383,7 @@ def keras_latency_ms(model, pixels, repeats=200, warmup=20, forward=None):
     [0, 255]; `forward`: a `keras_forward(model)` to reuse."""
     forward = forward or keras_forward(model)
     inputs = [tf.constant(np.asarray(image[None], np.float32)) for image in pixels]
-    result = _time(lambda i: forward(inputs[i % len(inputs)]).numpy(), repeats, warmup)
+    result = timing.latency_ms(lambda i: forward(inputs[i % len(inputs)]).numpy(), repeats, warmup)
     threads = tf.config.threading.get_intra_op_parallelism_threads()
     return {
         **result,

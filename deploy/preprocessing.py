@@ -1,6 +1,7 @@
 """In-graph input handling of the serving signatures: decoding, checking and
 scaling images as the trainer's eval pipeline does (trainers/input_pipeline.py:
-decode, grayscale -> RGB, bilinear `tf.image.resize`, (x - 127.5) / 127.5).
+decode, grayscale -> RGB, bilinear `tf.image.resize`, x / PIXEL_SCALE - 1, the
+scaling of `keras_vit.preprocessing`).
 
 Images are brought to the model's channel count C: for C = 3, grayscale is
 repeated to RGB; for C = 1 (a grey model, e.g. RGB weights adapted with
@@ -14,6 +15,8 @@ the signature, the problem and the batch index.
 
 import numpy as np
 import tensorflow as tf
+
+from keras_vit.preprocessing import PIXEL_SCALE
 
 # Leading bytes of the formats tf.io.decode_image reads.
 _MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
@@ -56,8 +59,9 @@ def match_channels(pixels, channels, where="images"):
 
 
 def scale_pixels(pixels):
-    """[0, 255] pixels (any real dtype) -> float32 in [-1, 1], the model's input."""
-    return tf.cast(pixels, tf.float32) / 127.5 - 1.0
+    """[0, 255] pixels (any real dtype) -> float32 in [-1, 1], the model's input
+    (`keras_vit.preprocess_input`'s arithmetic, in TensorFlow)."""
+    return tf.cast(pixels, tf.float32) / PIXEL_SCALE - 1.0
 
 
 def assert_not_empty(batch, signature):

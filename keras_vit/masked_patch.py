@@ -31,6 +31,7 @@ from keras import ops
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.resnet import resnet_stride
+from keras_vit.preprocessing import PIXEL_SCALE
 
 TARGETS = {"rgb": 3, "intensity": 1}  # channels quantised
 # Added (in 8-bit units) before taking the floor, so a mean that is exactly on a
@@ -51,7 +52,8 @@ def mean_colour_targets(images, patch_size, target="rgb", bits=3):
 
     Args:
         images: (batch, height, width, 3) in [-1, 1] (`keras_vit.preprocess_input`,
-            pixel = (x + 1) * 127.5), height and width multiples of the patch size.
+            pixel = (x + 1) * `preprocessing.PIXEL_SCALE`), height and width multiples
+            of the patch size.
         patch_size: int or (height, width) of a patch in pixels.
         target: 'rgb' (512 classes for 3 bits) or 'intensity' (8 classes).
         bits: bits kept per channel (the `bits` most significant of the 8-bit mean).
@@ -74,7 +76,7 @@ def mean_colour_targets(images, patch_size, target="rgb", bits=3):
     means = ops.mean(x, axis=(2, 4))  # (batch, rows, cols, 3)
     if target == "intensity":
         means = ops.mean(means, axis=-1, keepdims=True)
-    pixels = (means + 1.0) * 127.5
+    pixels = (means + 1.0) * PIXEL_SCALE
     levels = 2**bits
     quantised = ops.clip(ops.floor((pixels + _EDGE_TOLERANCE) * (levels / 256.0)), 0, levels - 1)
     channels = TARGETS[target]

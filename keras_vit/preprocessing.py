@@ -7,11 +7,15 @@ import numpy as np
 from keras import ops
 
 _DATA = os.path.join(os.path.dirname(__file__), "data")
+# The official ViT code's input scaling of [0, 255] pixels to [-1, 1]: x / PIXEL_SCALE - 1,
+# i.e. (x - 127.5) / 127.5, and back: (x + 1) * PIXEL_SCALE. Its one owner: deploy/ (the
+# exported files' in-graph scaling), trainers/ and benchmarks/ import it from here.
+PIXEL_SCALE = 127.5
 
 
 def preprocess_input(images):
     """Scales pixels from [0, 255] to [-1, 1], as the official pipeline:
-    (x - 127.5) / 127.5.
+    x / PIXEL_SCALE - 1, i.e. (x - 127.5) / 127.5.
 
     Args:
         images: uint8 or float array/tensor (..., height, width, 3) in [0, 255].
@@ -19,7 +23,7 @@ def preprocess_input(images):
         float32 tensor of the same shape in [-1, 1].
     """
     images = ops.cast(images, "float32")
-    return images / 127.5 - 1.0
+    return images / PIXEL_SCALE - 1.0
 
 
 @functools.lru_cache(maxsize=None)

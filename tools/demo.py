@@ -43,7 +43,8 @@ def main(argv):
     # Each step is a program of ours that prints only its own lines (trainers/console.py).
     env = console.quiet_environment(dict(os.environ))
     t0 = time.time()
-    if not os.path.exists(os.path.join(data_dir, "manifest.json")):
+    manifest = os.path.join(data_dir, "manifest.json")
+    if not os.path.exists(manifest):
         source = (
             "fashion_mnist"
             if os.path.exists(f"{FMNIST}/t10k-labels-idx1-ubyte.gz")
@@ -71,18 +72,20 @@ def main(argv):
     ]
     print("demo: " + " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, env=env)
-    with open(os.path.join(model_dir, "metrics.json")) as f:
+    metrics_path = os.path.join(model_dir, "metrics.json")
+    with open(metrics_path) as f:
         metrics = json.load(f)
     export_dir = os.path.join(model_dir, "export")
     saved_model = os.path.join(export_dir, "saved_model", "1")
     tflite = os.path.join(export_dir, "model_float16.tflite")
+    report_path = f"{tflite[:-7]}.json"
     for tool, flags in (
         (
             "export_savedmodel.py",
             [
                 f"--run_dir={model_dir}",
                 f"--output={saved_model}",
-                f"--class_names={os.path.join(data_dir, 'manifest.json')}",
+                f"--class_names={manifest}",
             ],
         ),
         (
@@ -91,7 +94,7 @@ def main(argv):
                 f"--saved_model={saved_model}",
                 "--quantization=float16",
                 f"--output={tflite}",
-                f"--report={tflite[:-7]}.json",
+                f"--report={report_path}",
                 "--num_eval_images=500",
             ],
         ),
@@ -103,7 +106,7 @@ def main(argv):
             env=env,
             stdout=subprocess.DEVNULL,
         )
-    with open(f"{tflite[:-7]}.json") as f:
+    with open(report_path) as f:
         report = json.load(f)
     print(
         f"\nFashion-MNIST test accuracy: {metrics['test_accuracy']:.4f} "
@@ -121,10 +124,7 @@ def main(argv):
     )
     if metrics.get("learning_curve"):
         print(f"learning curve: {metrics['learning_curve']}")
-    print(
-        f"metrics: {os.path.join(model_dir, 'metrics.json')}; "
-        f"TensorBoard: {os.path.join(model_dir, 'tensorboard')}"
-    )
+    print(f"metrics: {metrics_path}; TensorBoard: {os.path.join(model_dir, 'tensorboard')}")
     return metrics
 
 

@@ -37,8 +37,10 @@ from keras_vit_configs.common import VERIFY_MAX_BYTES
 from keras_vit_deploy import datasets
 from keras_vit_trainers import augment as augment_lib
 
+from keras_vit.preprocessing import PIXEL_SCALE
+
 AUTOTUNE = tf.data.AUTOTUNE
-MEAN, SCALE = 127.5, 127.5  # [0, 255] -> [-1, 1], as the official code.
+MEAN, SCALE = PIXEL_SCALE, PIXEL_SCALE  # [0, 255] -> [-1, 1], as the official code.
 
 
 DataError = datasets.DataError  # a data directory that is missing, empty or unusable
