@@ -38,7 +38,15 @@ from keras_vit_benchmarks.machine import describe, machine_info  # noqa: E402
 
 from keras_vit.variants import VARIANTS  # noqa: E402
 
-LIBRARIES = ("keras_vit", "keras_vit_explicit", "keras_vit_padded", "keras_hub", "timm", "matmul")
+LIBRARIES = (
+    "keras_vit",
+    "keras_vit_explicit",
+    "keras_vit_padded",
+    "keras_vit_erf",
+    "keras_hub",
+    "timm",
+    "matmul",
+)
 DEFAULT_LIBRARIES = "keras_vit,keras_hub,timm,matmul"
 BACKENDS = ("tensorflow", "jax", "torch")
 # With --backends: timm (PyTorch whatever the Keras backend) runs once, in its own worker,
@@ -163,6 +171,7 @@ def _keras_model(library, arch, args):
         pad_tokens_to_multiple=(
             args.pad_tokens_to_multiple if library == "keras_vit_padded" else None
         ),
+        approximate_gelu=library != "keras_vit_erf",
     )
 
 

@@ -10,17 +10,25 @@ import keras_vit
 
 
 def keras_vit_model(
-    arch, image_size, num_classes, fused_attention=True, pad_tokens_to_multiple=None
+    arch,
+    image_size,
+    num_classes,
+    fused_attention=True,
+    pad_tokens_to_multiple=None,
+    approximate_gelu=True,
 ):
     """keras_vit's VisionTransformer; `fused_attention=False` forces the explicit
     softmax path in every block (the path used when attention weights are asked
-    for); `pad_tokens_to_multiple` pads the fused path's token axis (masked)."""
+    for); `pad_tokens_to_multiple` pads the fused path's token axis (masked);
+    `approximate_gelu=False` gives every MLP the exact (erf) GELU, timm's, in place
+    of the official checkpoints' tanh form: the cost of the GELU kernel alone."""
     model = keras_vit.VisionTransformer(
         image_size=image_size, num_classes=num_classes, representation_size=None, **arch
     )
     for block in model.get_layer("Transformer").blocks:
         block.attention.use_fused_attention = fused_attention
         block.attention.pad_tokens_to_multiple = pad_tokens_to_multiple
+        block.mlp.approximate_gelu = approximate_gelu
     return model
 
 
