@@ -19,10 +19,11 @@ import time
 import keras
 import numpy as np
 from keras_vit_benchmarks.machine import describe, machine_info
-from keras_vit_deploy.datasets import read_idx
+from keras_vit_deploy.datasets import FASHION_MNIST_DIR, read_idx
 
 import keras_vit
 from keras_vit.preprocessing import PIXEL_SCALE
+from keras_vit.run_directory import RunDirectory
 
 MODEL = dict(
     image_size=28,
@@ -46,7 +47,7 @@ def load(directory, prefix):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run_dir", required=True)
-    parser.add_argument("--fashion_mnist_dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--fashion_mnist_dir", default=FASHION_MNIST_DIR)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--learning_rate", type=float, default=2e-3)
@@ -71,10 +72,10 @@ def main():
     model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs, verbose=2)
     train_seconds = time.perf_counter() - start
     loss, accuracy = model.evaluate(x_test, y_test, batch_size=500, verbose=0)
-    os.makedirs(args.run_dir, exist_ok=True)
-    model.save_weights(os.path.join(args.run_dir, "model.weights.h5"))
-    with open(os.path.join(args.run_dir, "model_config.json"), "w") as f:
-        json.dump(model.get_config(), f, indent=1)
+    run = RunDirectory(args.run_dir)
+    run.makedirs()
+    model.save_weights(run.weights)
+    run.write_json(run.model_config, model.get_config())
     metrics = {
         "step": steps,
         "test_accuracy": float(accuracy),
@@ -85,8 +86,7 @@ def main():
         "source": "benchmarks/fewshot_fashion_mnist.py",
         "machine": machine,
     }
-    with open(os.path.join(args.run_dir, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=1)
+    run.write_json(run.metrics, metrics)
     print(describe(machine))
     print(json.dumps(metrics))
 

@@ -29,6 +29,8 @@ def main():
     from keras_vit_benchmarks.machine import describe, machine_info
     from keras_vit_trainers import input_pipeline
 
+    from keras_vit.run_directory import RunDirectory
+
     spec = importlib.util.spec_from_file_location("cfg", a.config)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -59,7 +61,7 @@ def main():
         "loadavg": os.getloadavg(),
         "machine": machine,
     }
-    metrics = os.path.join(a.run, "metrics.json")
+    metrics = RunDirectory(a.run).metrics
     if os.path.exists(metrics):
         with open(metrics) as f:
             consumed = json.load(f)["train_images_per_second"]
