@@ -25,9 +25,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["KERAS_BACKEND"] = "tensorflow"
 
+from keras_vit_trainers import console
+
+if __name__ == "__main__":
+    console.setup()  # before TensorFlow is imported: our lines only
+
 import keras
 import numpy as np
-from absl import app, flags
+from absl import flags
 from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_configs import fashion_mnist
 from keras_vit_deploy import datasets, interpreter, report, serving, sources, tflite
@@ -188,4 +193,4 @@ def print_table(results, targets, machine=None):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    console.run_app(main)

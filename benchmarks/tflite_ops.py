@@ -32,10 +32,15 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+from keras_vit_trainers import console
+
+if __name__ == "__main__":
+    console.setup()  # before TensorFlow is imported: our lines only
+
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 from keras import ops
 from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_deploy import interpreter, tflite, timing
@@ -210,4 +215,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    console.run_app(main)

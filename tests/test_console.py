@@ -56,6 +56,8 @@ def test_filter_drops_library_lines_and_keeps_the_rest():
         "I0000 00:00:1796115623.599760    5852 port.cc:153] oneDNN custom operations are on.",
         "W1201 09:10:11.123456 140000 cross_device_ops.py:619] Reduce to /device:CPU:0",
         "INFO: Created TensorFlow Lite XNNPACK delegate for CPU.",
+        "fully_quantize: 0, inference_type: 6, input_inference_type: UINT8, "
+        "output_inference_type: FLOAT32",
         "E0000 00:00:1796129078.895596    8156 util.cc:131] oneDNN supports DT_INT64 only on "
         "platforms with AVX-512. Falling back to the default Eigen-based implementation if "
         "present.",

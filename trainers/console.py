@@ -55,6 +55,9 @@ _DROP = (
     # tf.data on some CPUs): nothing for the user to act on.
     r"|E\d{4} [0-9:.]+ +\d+ util\.cc:\d+\] oneDNN supports DT_INT64 only on platforms "
     r"with AVX-512\. Falling back to the default Eigen-based implementation if present\."
+    # The TFLite calibrator's own line, printed by each int8 conversion.
+    r"|fully_quantize: \d+, inference_type: \d+, input_inference_type: \w+, "
+    r"output_inference_type: \w+"
     r"|INFO: .*)$"
 )  # TFLite's own INFO lines ("Created TensorFlow Lite XNNPACK ...")
 _FILTER = f"""
