@@ -272,6 +272,7 @@ def fit(model, config, strategy, data, plan, run, chief, evals, data_dir, common
         initial_epoch=plan.start_epoch,
         steps_per_epoch=plan.every,
         callbacks=callbacks,
+        shuffle=False,  # the stream shuffles itself, seeded (input_pipeline); Keras' flag is moot
         verbose=0,
     )
     if guard.bad_step is not None:
