@@ -437,6 +437,8 @@ class VisionTransformer(keras.Model):
         if model is None:  # built once per model, so repeated calls do not retrace
             model = _ATTENTION_MODELS[self] = self.attention_model()
         outputs = model.predict(images, batch_size=batch_size, verbose=0)
+        if not isinstance(outputs, (list, tuple)):  # one block: Keras returns the array itself
+            outputs = [outputs]
         return list(outputs)
 
     def _resolve_auto_jit_compile(self):

@@ -99,6 +99,13 @@ def test_attention_weights_api(rng):
     np.testing.assert_allclose(weights[0], keras.ops.convert_to_numpy(expected), atol=1e-5)
 
 
+def test_attention_weights_of_a_one_block_model_are_a_list_of_one():
+    # Keras returns a one-output model's array itself, not a list of it.
+    x = np.zeros((3, 32, 32, 3), "float32")
+    weights = tiny(num_layers=1).attention_weights(x)
+    assert len(weights) == 1 and weights[0].shape == (3, 2, 17, 17)
+
+
 def test_encoder_returns_hidden_states_and_weights(rng):
     model = tiny()
     encoder = model.get_layer("Transformer")
