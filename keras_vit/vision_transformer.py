@@ -28,6 +28,7 @@ None because None is one of their values (no pre_logits; the patch-token map);
 representation (pooling) decide. The marker never reaches a config.
 """
 
+import numbers
 import weakref
 
 import keras
@@ -568,7 +569,7 @@ def _input_arguments(image_size, channels, input_shape, input_tensor):
 
 def _alias(name, value, alias, alias_value):
     """`value`, or `alias_value` where only that is given; both: they must agree."""
-    if value is not None and alias_value is not None and int(value) != int(alias_value):
+    if value is not None and alias_value is not None and value != alias_value:
         raise ValueError(
             f"{name}={value!r} and {alias}={alias_value!r} disagree "
             f"({alias} is an alias of {name})."
@@ -587,6 +588,11 @@ def _defaults(arguments):
         a["representation_size"] = None
     if a["num_classes"] is None:
         a["num_classes"] = 1000
+    num_classes = a["num_classes"]
+    if not isinstance(num_classes, numbers.Integral) or isinstance(num_classes, bool):
+        raise ValueError(f"num_classes (or classes) must be an int, got {num_classes!r}.")
+    if num_classes < 1:
+        raise ValueError(f"num_classes (or classes) must be at least 1, got {num_classes}.")
     if a["classifier"] not in ("token", "gap"):
         raise ValueError(f"classifier must be 'token' or 'gap', got {a['classifier']!r}.")
     pooling = a["pooling"]

@@ -59,6 +59,16 @@ def test_non_square_image_and_bad_sizes():
         tiny(image_size=30)
     with pytest.raises(ValueError, match="classifier must be"):
         tiny(classifier="mean")
+    # Wrong types are named, not split into digits or failing deep in Keras.
+    for bad in (32.0, "32", (16, 16, 16), True):
+        with pytest.raises(ValueError, match=r"image_size must be an int or \(height, width\)"):
+            tiny(image_size=bad)
+    with pytest.raises(ValueError, match="patch_size must be an int or"):
+        tiny(patch_size=8.0)
+    with pytest.raises(ValueError, match=r"num_classes \(or classes\) must be an int, got 'ten'"):
+        tiny(num_classes=None, classes="ten")
+    with pytest.raises(ValueError, match="must be at least 1, got 0"):
+        tiny(num_classes=0)
 
 
 def test_builders_take_keyword_arguments():

@@ -1,5 +1,8 @@
 """Patch embedding (paper Eq. 1): a linear projection of flattened patches."""
 
+import numbers
+from collections.abc import Iterable
+
 import keras
 from keras import ops
 
@@ -165,10 +168,15 @@ class PatchTokenMap(keras.layers.Layer):
 
 
 def to_pair(value, what="value"):
-    """An int or a pair of ints as a (height, width) tuple."""
-    if isinstance(value, int):
-        return (value, value)
-    value = tuple(int(v) for v in value)
-    if len(value) != 2:
+    """An int or a pair of ints as a (height, width) tuple; a ValueError naming `what`
+    for anything else (a float, a string, a sequence of another length)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return (int(value), int(value))
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise ValueError(f"{what} must be an int or (height, width), got {value!r}.")
-    return value
+    pair = tuple(value)
+    if len(pair) != 2 or not all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pair
+    ):
+        raise ValueError(f"{what} must be an int or (height, width), got {value!r}.")
+    return tuple(int(v) for v in pair)
