@@ -61,6 +61,12 @@ def feature_model(model, representation="pre_logits"):
     layer_names = {layer.name for layer in model.layers}
     if representation == "pre_logits":
         name = "pre_logits" if "pre_logits" in layer_names else "pool"
+        if name not in layer_names:
+            raise ValueError(
+                f"representation='pre_logits': {model.name} has neither a pre_logits nor a "
+                "pooled output (a pooling=None model returns the feature map); use "
+                "representation='gap' (or 'token' for a class-token model)."
+            )
         output = model.get_layer(name).output
     else:
         encoder = model.get_layer("Transformer")

@@ -141,6 +141,15 @@ def test_padding_is_dropped_and_token_features_need_a_class_token():
         fewshot.feature_model(model, "token")
 
 
+def test_a_feature_map_model_is_told_which_representation_it_has():
+    model = tiny_model("token", include_top=False, pooling=None)
+    with pytest.raises(ValueError, match="neither a pre_logits nor a pooled output"):
+        fewshot.feature_model(model)
+    images = np.zeros((2, 8, 8, 3), "float32")
+    features, _ = fewshot.extract_features(model, [(images, [0, 1])], "gap")
+    assert features.shape == (2, 12)
+
+
 # -- only the k-shot train examples ------------------------------------------------
 
 
