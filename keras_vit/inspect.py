@@ -283,14 +283,17 @@ def embedding_filter_components(model, num_components=28, grayscale=False):
     The D filters of the patch embedding kernel (P, P, 3, D) are the samples.
     With `grayscale=True` each filter is first summed over its colour channels:
     what a model trained on grey images (R = G = B) actually uses, since the
-    rest of the kernel never receives a gradient.
+    rest of the kernel never receives a gradient. A 1-channel model's kernel
+    (P, P, 1, D) is already grey.
 
     Returns:
-        components (k, P, P, 3), or (k, P, P, 1) with `grayscale` (orthonormal
-        when flattened), and the explained variance fractions (k,).
+        components (k, P, P, 3), or (k, P, P, 1) with `grayscale` or for a
+        1-channel model (orthonormal when flattened), and the explained variance
+        fractions (k,).
     Raises:
         NotMeaningfulError: for hybrids, whose patch embedding projects ResNet
-            feature maps (1x1xC), not RGB pixels.
+            feature maps (1x1xC), not RGB pixels, and for inputs of other than 1 or
+            3 channels.
     """
     if (model.get_config().get("resnet") or None) is not None:
         raise NotMeaningfulError(
@@ -298,10 +301,11 @@ def embedding_filter_components(model, num_components=28, grayscale=False):
             "features, not RGB pixels, so its filters cannot be shown as RGB patches."
         )
     kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").kernel)
-    if kernel.ndim != 4 or kernel.shape[2] != 3:
+    if kernel.ndim != 4 or kernel.shape[2] not in (1, 3):
         raise NotMeaningfulError(
             f"embedding filters: the patch embedding kernel has shape {kernel.shape}, "
-            "not (P, P, 3, D) on RGB pixels; its filters are not RGB patches."
+            "not (P, P, 3, D) on RGB or (P, P, 1, D) on grey pixels; its filters are "
+            "not image patches."
         )
     if grayscale:
         kernel = kernel.sum(axis=2, keepdims=True)

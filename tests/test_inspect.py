@@ -252,6 +252,13 @@ def test_embedding_filter_components_of_a_model():
     # At most D=16 filters: asking for more gives 16 components.
     components, _ = vit_inspect.embedding_filter_components(model, num_components=40)
     assert len(components) == 16
+    # A 1-channel model's filters are grey already: the same as its kernel's components.
+    grey_model = tiny_model("gap", input_shape=(12, 16, 1))
+    components, _ = vit_inspect.embedding_filter_components(grey_model, num_components=3)
+    assert components.shape == (3, 4, 4, 1)
+    kernel = keras.ops.convert_to_numpy(grey_model.get_layer("embedding").kernel)
+    expected, _ = vit_inspect.principal_components(kernel.reshape(16, 16).T, 3)
+    np.testing.assert_allclose(np.abs(components.reshape(3, 16) @ expected.T), np.eye(3), atol=1e-8)
 
 
 def test_hybrid_maps_and_distances_work_and_its_filters_are_refused():
