@@ -51,9 +51,9 @@ def mean_colour_targets(images, patch_size, target="rgb", bits=3):
     """The class of each patch's quantised mean colour.
 
     Args:
-        images: (batch, height, width, 3) in [-1, 1] (`keras_vit.preprocess_input`,
-            pixel = (x + 1) * `preprocessing.PIXEL_SCALE`), height and width multiples
-            of the patch size.
+        images: (batch, height, width, 3), or (batch, height, width, 1) for
+            'intensity', in [-1, 1] (`keras_vit.preprocess_input`, pixel = (x + 1) *
+            `preprocessing.PIXEL_SCALE`), height and width multiples of the patch size.
         patch_size: int or (height, width) of a patch in pixels.
         target: 'rgb' (512 classes for 3 bits) or 'intensity' (8 classes).
         bits: bits kept per channel (the `bits` most significant of the 8-bit mean).
@@ -64,16 +64,21 @@ def mean_colour_targets(images, patch_size, target="rgb", bits=3):
     _check_target(target, bits)
     ph, pw = to_pair(patch_size, "patch_size")
     shape = images.shape
-    if len(shape) != 4 or shape[-1] != 3:
-        raise ValueError(f"images must be (batch, height, width, 3), got shape {tuple(shape)}.")
+    accepted = (3,) if target == "rgb" else (1, 3)
+    if len(shape) != 4 or shape[-1] not in accepted:
+        raise ValueError(
+            f"images must be (batch, height, width, {' or '.join(map(str, accepted))}) for "
+            f"target={target!r}, got shape {tuple(shape)}."
+        )
+    depth = shape[-1]
     height, width = shape[1], shape[2]
     if height % ph or width % pw:
         raise ValueError(
             f"image size {height}x{width} is not a multiple of the patch size {ph}x{pw}."
         )
     rows, cols = height // ph, width // pw
-    x = ops.reshape(ops.cast(images, "float32"), (-1, rows, ph, cols, pw, 3))
-    means = ops.mean(x, axis=(2, 4))  # (batch, rows, cols, 3)
+    x = ops.reshape(ops.cast(images, "float32"), (-1, rows, ph, cols, pw, depth))
+    means = ops.mean(x, axis=(2, 4))  # (batch, rows, cols, channels)
     if target == "intensity":
         means = ops.mean(means, axis=-1, keepdims=True)
     pixels = (means + 1.0) * PIXEL_SCALE
@@ -219,6 +224,16 @@ class MaskedPatchPredictor(keras.Model):
         **kwargs,
     ):
         num_classes = num_target_classes(target, bits)
+        if backbone.dynamic_size:
+            raise ValueError(
+                "masked patch prediction needs a backbone of one resolution (input_shape "
+                "with height and width), not an any-size one (input_shape=(None, None, C))."
+            )
+        if target == "rgb" and backbone.channels != 3:
+            raise ValueError(
+                f"target='rgb' needs RGB images; this backbone takes {backbone.channels} "
+                "channel(s): use target='intensity'."
+            )
         images = keras.Input(backbone.inputs[0].shape[1:], name="image")
         x = images
         for layer in backbone.resnet_layers():

@@ -175,6 +175,47 @@ def test_targets_bad_input():
         masked_patch.mean_colour_targets(np.zeros((1, 8, 8, 3), "float32"), 4, target="hsv")
     with pytest.raises(ValueError, match=r"\(batch, height, width, 3\)"):
         masked_patch.mean_colour_targets(np.zeros((1, 8, 8), "float32"), 4)
+    with pytest.raises(ValueError, match=r"\(batch, height, width, 3\) for target='rgb'"):
+        masked_patch.mean_colour_targets(np.zeros((1, 8, 8, 1), "float32"), 4)
+
+
+def test_intensity_targets_of_grey_images_equal_those_of_the_same_images_in_rgb(rng):
+    grey = rng.uniform(-1, 1, (2, 8, 8, 1)).astype("float32")
+    one = masked_patch.mean_colour_targets(grey, 4, target="intensity")
+    three = masked_patch.mean_colour_targets(np.repeat(grey, 3, -1), 4, target="intensity")
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(one), keras.ops.convert_to_numpy(three)
+    )
+
+
+def test_predictor_takes_grey_backbones_for_intensity_and_refuses_what_cannot_work():
+    grey = keras_vit.VisionTransformer(
+        input_shape=(16, 16, 1),
+        patch_size=4,
+        hidden_size=16,
+        mlp_dim=32,
+        num_heads=2,
+        num_layers=1,
+        num_classes=5,
+    )
+    model = masked_patch.MaskedPatchPredictor(grey, target="intensity", seed=0)
+    images = np.zeros((2, 16, 16, 1), "float32")
+    assert keras.ops.convert_to_numpy(model.targets(images)).shape == (2, 16)
+    assert keras.ops.convert_to_numpy(model(images)).shape == (2, 16, 9)
+    with pytest.raises(ValueError, match="target='rgb' needs RGB images; .* 1 channel"):
+        masked_patch.MaskedPatchPredictor(grey, target="rgb")
+    any_size = keras_vit.VisionTransformer(
+        input_shape=(None, None, 3),
+        image_size=16,
+        patch_size=4,
+        hidden_size=16,
+        mlp_dim=32,
+        num_heads=2,
+        num_layers=1,
+        num_classes=5,
+    )
+    with pytest.raises(ValueError, match="needs a backbone of one resolution"):
+        masked_patch.MaskedPatchPredictor(any_size)
 
 
 # -- Loss ---------------------------------------------------------------------------
