@@ -124,8 +124,21 @@ def test_images_are_read_from_files_and_tfrecords_and_a_bad_glob_is_named(data_d
     images, labels = inspect_io.load_images(str(tmp_path / "*.png"), (8, 8), 5)
     np.testing.assert_allclose(images[0, ..., 1], pixels[..., 0] / 127.5 - 1, atol=1e-6)
     np.testing.assert_array_equal(labels, [-1])
+    # A 1-channel model gets 1-channel images: the grey PNG as it was.
+    grey, _ = inspect_io.load_images(str(tmp_path / "*.png"), (8, 8), 5, channels=1)
+    assert grey.shape == (1, 8, 8, 1)
+    np.testing.assert_allclose(grey[0, ..., 0], pixels[..., 0] / 127.5 - 1, atol=1e-6)
     with pytest.raises(FileNotFoundError, match="nothing/here"):
         inspect_io.load_images(str(tmp_path / "nothing/here/*.png"), (8, 8), 5)
+
+
+def test_fewshot_evaluator_refuses_a_model_of_other_than_rgb_input(data_dir):
+    from keras_vit_trainers import fewshot_evaluator
+
+    grey = keras_vit.VisionTransformer(**{**MODEL, "image_size": None}, input_shape=(16, 16, 1))
+    evaluator = fewshot_evaluator.FewShotEvaluator(data_dir, grey.image_size, shots=[1])
+    with pytest.raises(ValueError, match="takes 1-channel images; use a 3-channel model"):
+        evaluator.evaluate(grey)
 
 
 def test_fewshot_tool_reports_every_shot_count(data_dir, run_dir, tmp_path):

@@ -44,15 +44,16 @@ def _image_files(paths, image_size):
     return np.stack(pixels), np.full(len(paths), -1, np.int64)
 
 
-def load_images(pattern, image_size, limit):
+def load_images(pattern, image_size, limit, channels=3):
     """The first `limit` images (sorted paths) matching `pattern`: image files or
-    TFRecord shards.
+    TFRecord shards, brought to `channels` as the serving signature does (grey
+    repeated to RGB, RGB to its luma).
 
     Returns:
-      (images (N, H, W, 3) float32 in [-1, 1] at `image_size`, labels (N,) int64,
-      -1 where unknown).
+      (images (N, H, W, channels) float32 in [-1, 1] at `image_size`, labels (N,)
+      int64, -1 where unknown).
     """
-    from keras_vit_deploy import datasets
+    from keras_vit_deploy import datasets, preprocessing
 
     import keras_vit
 
@@ -64,13 +65,14 @@ def load_images(pattern, image_size, limit):
         pixels, labels = _image_files(image_files[:limit], image_size)
     else:
         pixels, labels = datasets.tfrecord_images(pattern, image_size, limit)
+    pixels = preprocessing.match_channels(pixels, channels, pattern)
     return np.asarray(keras_vit.preprocess_input(pixels)), labels
 
 
-def images_for_figures(pattern, data_dir, split, image_size, limit):
+def images_for_figures(pattern, data_dir, split, image_size, limit, channels=3):
     """--images if given, else the first `limit` images of --data_dir's split."""
     if not pattern:
         if not data_dir:
             raise ValueError("give --images=GLOB_OR_TFRECORD or --data_dir=DATA")
         pattern = os.path.join(data_dir, f"{split}-*.tfrecord")
-    return load_images(pattern, image_size, limit)
+    return load_images(pattern, image_size, limit, channels)

@@ -104,7 +104,7 @@ def main(argv):
         model = inspect_io.load_model_from_flags()
         count = max(FLAGS.num_images, FLAGS.distance_images)
         images, labels = inspect_io.images_for_figures(
-            FLAGS.images, FLAGS.data_dir, FLAGS.split, model.image_size, count
+            FLAGS.images, FLAGS.data_dir, FLAGS.split, model.image_size, count, model.channels
         )
     except (ValueError, FileNotFoundError) as e:
         raise app.UsageError(str(e)) from e

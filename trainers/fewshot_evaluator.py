@@ -294,6 +294,12 @@ class FewShotEvaluator:
         (keras_vit.fewshot.evaluate), from the features of the k-shot train images
         and of the test split."""
         opts = self.options
+        channels = getattr(model, "channels", 3)
+        if channels != 3:
+            raise ValueError(
+                f"few-shot evaluation reads {self.data_dir}'s images as RGB, and "
+                f"{model.name} takes {channels}-channel images; use a 3-channel model."
+            )
         train_features, train_labels, indices = self.train_features(model)
         test = self.features(model, opts["test_split"], opts["max_test_examples"])
         self.examples_extracted[opts["test_split"]] = len(test[1])
