@@ -82,7 +82,6 @@ def main(argv):
         model = inspect_io.load_model_from_flags()
         if not FLAGS.data_dir:
             raise ValueError("--data_dir=DATA is required")
-
         shots = [int(k) for k in FLAGS.shots]
         results, info = run(
             model,
