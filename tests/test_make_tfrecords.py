@@ -173,3 +173,30 @@ def test_one_class_folder_is_an_error(tmp_path):
         r"at least two",
     ):
         make_tfrecords.folder_source(str(root))
+
+
+def test_an_interrupted_rewrite_leaves_no_manifest_to_trust(tmp_path):
+    out = str(tmp_path / "out")
+    image = np.zeros((4, 4, 3), np.uint8)
+    source = ({"train": (2, [(image, [0]), (image, [1])])}, ["a", "b"], False)
+    make_tfrecords.make_tfrecords(source, out, progress=False)
+    assert ip.read_manifest(out)["splits"]["train"]
+
+    def broken():
+        yield image, [0]
+        raise OSError("disk went away")
+
+    with pytest.raises(OSError, match="disk went away"):
+        make_tfrecords.make_tfrecords(
+            ({"train": (2, broken())}, ["a", "b"], False), out, progress=False
+        )
+    with pytest.raises(ip.DataError, match="no manifest.json"):
+        ip.read_manifest(out)
+
+
+def test_a_truncated_manifest_is_named(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"splits": {"train"')
+    with pytest.raises(
+        ip.DataError, match=r"manifest.json: not valid JSON .* tools/make_tfrecords.py"
+    ):
+        ip.read_manifest(str(tmp_path))

@@ -271,6 +271,11 @@ def make_tfrecords(
         }
         source = "arrays"
     os.makedirs(output_dir, exist_ok=True)
+    manifest_path = os.path.join(output_dir, "manifest.json")
+    # A manifest left from an earlier run would describe shards this one overwrites: an
+    # interrupted run must leave none, so that training refuses the folder.
+    if os.path.exists(manifest_path):
+        os.remove(manifest_path)
     manifest = {
         "source": source,
         "format": "tf.train.Example",
@@ -289,8 +294,10 @@ def make_tfrecords(
         manifest["splits"][split] = write_split(
             output_dir, split, count, examples, examples_per_shard, progress, strict
         )
-    with open(os.path.join(output_dir, "manifest.json"), "w") as f:
+    partial = manifest_path + ".partial"
+    with open(partial, "w") as f:
         json.dump(manifest, f, indent=1)
+    os.replace(partial, manifest_path)  # whole or absent, never cut short
     return manifest
 
 

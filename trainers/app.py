@@ -73,7 +73,7 @@ def main(mode):
             )
         except (CheckpointError, RunDirectoryError) as e:  # --init does not fit the config
             _fail(f"--init={FLAGS.init}: {e}{train_lib.init_hint(FLAGS.init)}", 2)
-        except (strategy_lib.NoTPUError, input_pipeline.DataError) as e:
+        except (strategy_lib.NoTPUError, input_pipeline.DataError, train_lib.PlanError) as e:
             _fail(e, 2)
         except train_lib.TrainingDivergedError as e:
             _fail(e, 3)

@@ -65,8 +65,15 @@ class RunCheckpoint(keras.callbacks.BackupAndRestore):
         path = os.path.join(backup_dir, "training_metadata.json")
         if not run_directory.exists(path):
             return 0
-        with run_directory.open_file(path) as f:
-            return int(json.load(f)["epoch"])
+        try:
+            with run_directory.open_file(path) as f:
+                return int(json.load(f)["epoch"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise run_directory.RunDirectoryError(
+                f"{path}: not the checkpoint's metadata ({type(e).__name__}: {e}); the "
+                "checkpoint itself may be incomplete. Delete the checkpoints folder to "
+                "start over, or restore it from its backup."
+            ) from e
 
 
 class RunLogger(keras.callbacks.Callback):

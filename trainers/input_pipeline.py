@@ -72,8 +72,14 @@ def read_manifest(data_dir):
             + (" (and no .tfrecord shards)" if not shards else "")
             + f". Create it with `python tools/make_tfrecords.py --output_dir={data_dir}`."
         )
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(
+            f"{path}: not valid JSON ({e}). Write the folder again with "
+            f"`python tools/make_tfrecords.py --output_dir={data_dir}`."
+        ) from e
 
 
 def _scan(path, expected, strict):

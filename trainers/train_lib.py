@@ -131,36 +131,106 @@ class Plan:
         return self.start_epoch * self.every
 
 
+class PlanError(ValueError):
+    """A step plan that cannot be followed: sizes that do not fit together, or a resume
+    whose checkpoints were counted in another plan's steps."""
+
+
+# In the checkpoint folder: the plan its checkpoints count in (a Keras epoch = `every`
+# steps), so that a resume under another plan is refused instead of replaying or
+# skipping steps.
+PLAN_FILE = "plan.json"
+
+
 def _checkpoint_interval(total_steps, checkpoint_every, steps_per_execution):
-    """The largest divisor of total_steps that is <= checkpoint_every and a multiple
-    of steps_per_execution (one Keras epoch per checkpoint)."""
-    for every in range(min(checkpoint_every, total_steps), 0, -1):
-        if total_steps % every == 0 and every % steps_per_execution == 0:
-            return every
-    raise ValueError(
-        f"total_steps={total_steps} has no divisor that is a multiple of "
-        f"steps_per_execution={steps_per_execution}"
-    )
+    """(every, total_steps): the checkpoint interval (one Keras epoch per checkpoint), a
+    multiple of steps_per_execution, and the steps trained, a multiple of it.
+
+    The largest divisor of total_steps that is a multiple of steps_per_execution, at
+    most checkpoint_every and at least half of it; where none exists (a total_steps
+    worked out from epochs, e.g. 90 * 14,197,122 // 4096 = 311,945), checkpoint_every
+    rounded down to a multiple of steps_per_execution, and total_steps rounded to the
+    nearest multiple of that (a change of at most half an interval)."""
+    spe = steps_per_execution
+    if min(total_steps, checkpoint_every, spe) < 1:
+        raise PlanError(
+            f"total_steps={total_steps}, checkpoint_every={checkpoint_every} and "
+            f"steps_per_execution={spe} must all be at least 1."
+        )
+    every = max(spe, min(checkpoint_every, total_steps) // spe * spe)
+    for candidate in range(every, max(spe, every // 2) - 1, -spe):
+        if total_steps % candidate == 0:
+            return candidate, total_steps
+    return every, max(every, round(total_steps / every) * every)
+
+
+def _saved_epoch(checkpoint_dir):
+    """The last checkpointed epoch (0: none); PlanError where its metadata is unreadable."""
+    try:
+        return callbacks_lib.RunCheckpoint.saved_epoch(checkpoint_dir)
+    except run_directory.RunDirectoryError as e:
+        raise PlanError(str(e)) from e
+
+
+def _check_resume(checkpoint_dir, planned, saved_epoch):
+    """Refuses to resume checkpoints counted in another plan's steps (PlanError); writes
+    the plan on a fresh run."""
+    path = os.path.join(checkpoint_dir, PLAN_FILE)
+    if not run_directory.exists(path):
+        if not saved_epoch:
+            with run_directory.open_file(path, "w") as f:
+                json.dump(planned, f)
+        return  # a fresh run, or checkpoints written before the plan was recorded
+    try:
+        with run_directory.open_file(path) as f:
+            saved = json.load(f)
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path}: not valid JSON ({e}); delete it to resume anyway.") from e
+    changed = {k: (saved.get(k), v) for k, v in planned.items() if saved.get(k) != v}
+    if changed:
+        what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+        raise PlanError(
+            f"{checkpoint_dir} holds checkpoints of another plan ({what}): resuming would "
+            "repeat or skip steps. Rerun with the run's total_steps, checkpoint_every, "
+            "steps_per_execution and batch_size, or train into a new --model_dir."
+        )
 
 
 def plan(config, strategy, checkpoint_dir):
     replicas = strategy.num_replicas_in_sync
     batch, accum = int(config.batch_size), int(config.grad_accum_steps or 1)
     if accum < 1 or batch % (replicas * accum):
-        raise ValueError(
+        raise PlanError(
             f"batch_size={batch} must be divisible by the {replicas} replicas x "
             f"grad_accum_steps={accum}"
         )
-    spe, total_steps = int(config.steps_per_execution or 1), int(config.total_steps)
-    every = _checkpoint_interval(total_steps, int(config.checkpoint_every), spe)
-    if every != config.checkpoint_every:
+    spe, requested = int(config.steps_per_execution or 1), int(config.total_steps)
+    every, total_steps = _checkpoint_interval(requested, int(config.checkpoint_every), spe)
+    if total_steps != requested:
+        log.warning(
+            "total_steps=%d has no checkpoint interval near checkpoint_every=%d that divides "
+            "it in multiples of steps_per_execution=%d: training %d steps, checkpointing "
+            "every %d",
+            requested,
+            config.checkpoint_every,
+            spe,
+            total_steps,
+            every,
+        )
+    elif every != config.checkpoint_every:
         log.warning(
             "checkpoint_every=%d does not divide total_steps=%d: checkpointing every %d steps",
             config.checkpoint_every,
             total_steps,
             every,
         )
-    start_epoch = min(callbacks_lib.RunCheckpoint.saved_epoch(checkpoint_dir), total_steps // every)
+    saved_epoch = _saved_epoch(checkpoint_dir)
+    _check_resume(
+        checkpoint_dir,
+        {"total_steps": total_steps, "every": every, "steps_per_execution": spe, "batch": batch},
+        saved_epoch,
+    )
+    start_epoch = min(saved_epoch, total_steps // every)
     return Plan(batch, accum, spe, total_steps, every, start_epoch, checkpoint_dir)
 
 
@@ -282,10 +352,17 @@ def fit(model, config, strategy, data, plan, run, chief, evals, data_dir, common
             f"checkpoint (step {last}) is kept in {checkpoint_dir}; lower the learning rate "
             f"(now {config.learning_rate}) or check the data, then rerun to resume from it."
         )
-    if model.optimizer.use_ema:  # evaluate and export the Polyak-averaged weights
+    if uses_ema(model.optimizer):  # evaluate and export the Polyak-averaged weights
         with strategy.scope():
             model.optimizer.finalize_variable_values(model.trainable_variables)
     return logger
+
+
+def uses_ema(optimizer):
+    """Whether `optimizer` keeps a moving average of the weights. Under mixed_float16
+    Keras wraps it in a LossScaleOptimizer, whose own `use_ema` is always False; the
+    wrapped optimizer's is the one that counts."""
+    return bool(getattr(getattr(optimizer, "inner_optimizer", optimizer), "use_ema", False))
 
 
 def final_evaluations(model, evals, step, run, chief):
@@ -293,7 +370,7 @@ def final_evaluations(model, evals, step, run, chief):
     evaluator that ran at this very step on these weights (no EMA) is not rerun."""
     figures = {}
     for evaluator in evals:
-        if step in evaluator.history and not model.optimizer.use_ema:
+        if step in evaluator.history and not uses_ema(model.optimizer):
             scalars = evaluator.scalars[step]
         else:
             scalars = evaluators.evaluate(evaluator, model, step, run, chief)
