@@ -200,3 +200,17 @@ def test_a_truncated_manifest_is_named(tmp_path):
         ip.DataError, match=r"manifest.json: not valid JSON .* tools/make_tfrecords.py"
     ):
         ip.read_manifest(str(tmp_path))
+
+
+def test_a_tfds_dataset_without_image_and_label_is_named(monkeypatch):
+    import types
+
+    import tensorflow_datasets as tfds
+
+    features = {"image": tfds.features.Image(), "caption": tfds.features.Text()}
+    builder = types.SimpleNamespace(
+        download_and_prepare=lambda: None, info=types.SimpleNamespace(features=features)
+    )
+    monkeypatch.setattr(tfds, "builder", lambda name, data_dir=None: builder)
+    with pytest.raises(ip.DataError, match=r"tfds:coco_captions: .* \['caption', 'image'\]"):
+        make_tfrecords.tfds_source("coco_captions", None)

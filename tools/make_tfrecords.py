@@ -153,8 +153,16 @@ def tfds_source(name, data_dir):
     builder = tfds.builder(name, data_dir=data_dir)
     builder.download_and_prepare()
     info = builder.info
-    image_key = next(k for k, v in info.features.items() if isinstance(v, tfds.features.Image))
-    label_key = next(k for k in ("label", "labels", "objects") if k in info.features)
+    image_key = next(
+        (k for k, v in info.features.items() if isinstance(v, tfds.features.Image)), None
+    )
+    label_key = next((k for k in ("label", "labels", "objects") if k in info.features), None)
+    if image_key is None or label_key is None:
+        raise DataError(
+            f"--source=tfds:{name}: an image classification dataset needs an Image feature "
+            "and a 'label', 'labels' or 'objects' feature; its features are "
+            f"{sorted(info.features)}."
+        )
     label_feature = info.features[label_key]
     multi_label = isinstance(label_feature, tfds.features.Sequence)
     class_names = list(getattr(getattr(label_feature, "feature", label_feature), "names", []))
