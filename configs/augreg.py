@@ -39,8 +39,6 @@ I21K_AUG = {
     "ViT_B16": "light2",
     "ViT_L16": "medium2",
 }
-IMAGENET1K_TRAIN_IMAGES = 1_268_355  # train[:99%] of 1,281,167
-IMAGENET21K_TRAIN_IMAGES = 12_743_321
 
 
 def recipe(variant, dataset):
@@ -61,7 +59,7 @@ def recipe(variant, dataset):
     c.decay_type = "cosine"
     c.grad_clip_norm = 1.0
     c.batch_size = 4096
-    images = IMAGENET1K_TRAIN_IMAGES if dataset == "i1k" else IMAGENET21K_TRAIN_IMAGES
+    images = common.IMAGENET1K_TRAIN_IMAGES if dataset == "i1k" else common.IMAGENET21K_TRAIN_IMAGES
     c.total_steps = 300 * images // c.batch_size
     c.checkpoint_every = 1000
     c.mixed_precision = True

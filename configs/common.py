@@ -25,6 +25,9 @@ TRAINER_DEFAULTS = {
 }
 
 VERIFY_MAX_BYTES = 4 << 30  # shards up to this size are checked record by record
+# Training-set sizes the ImageNet recipes count epochs in (set from your manifest).
+IMAGENET1K_TRAIN_IMAGES = 1_268_355  # train[:99%] of 1,281,167
+IMAGENET21K_TRAIN_IMAGES = 12_743_321  # ~13M, as in the paper
 
 
 def classification_eval(split="test", every=0, batch_size=0):

@@ -9,8 +9,6 @@ sigmoid cross-entropy (multi-label), 224 px, inception crop + flip.
 
 from keras_vit_configs import common
 
-IMAGENET21K_TRAIN_IMAGES = 12_743_321  # ~13M as in the paper; set from your manifest
-
 
 def get_config(model="ViT_B16", hidden_size=768):
     c = common.base_config(model)
@@ -24,7 +22,7 @@ def get_config(model="ViT_B16", hidden_size=768):
     c.batch_size = 4096
     c.learning_rate = 1e-3
     c.warmup_steps = 10_000
-    c.total_steps = 90 * IMAGENET21K_TRAIN_IMAGES // c.batch_size
+    c.total_steps = 90 * common.IMAGENET21K_TRAIN_IMAGES // c.batch_size
     c.checkpoint_every = 1000
     c.mixed_precision = True
     c.steps_per_execution = 100

@@ -41,9 +41,9 @@ def test_augreg_recipes(dataset, table):
             c.total_steps
             == 300
             * (
-                augreg.IMAGENET1K_TRAIN_IMAGES
+                common.IMAGENET1K_TRAIN_IMAGES
                 if dataset == "i1k"
-                else augreg.IMAGENET21K_TRAIN_IMAGES
+                else common.IMAGENET21K_TRAIN_IMAGES
             )
             // 4096
         )

@@ -36,8 +36,9 @@ def test_the_interval_divides_the_steps_trained_in_multiples_of_steps_per_execut
 def test_a_divisor_near_the_interval_keeps_the_steps_and_none_rounds_them():
     assert train_lib._checkpoint_interval(4500, 500, 1) == (500, 4500)
     assert train_lib._checkpoint_interval(4500, 1000, 1) == (900, 4500)
-    # 90 epochs of ImageNet-21k at batch 4096: no multiple of 100 divides 311,945.
-    assert train_lib._checkpoint_interval(311_945, 1000, 100) == (1000, 312_000)
+    # configs/vit_b16_i21k.py: 90 epochs of 12,743,321 images at batch 4096 are 280,004
+    # steps, which no multiple of steps_per_execution=100 divides.
+    assert train_lib._checkpoint_interval(280_004, 1000, 100) == (1000, 280_000)
     with pytest.raises(train_lib.PlanError, match="must all be at least 1"):
         train_lib._checkpoint_interval(100, 0, 1)
 

@@ -148,7 +148,7 @@ def _checkpoint_interval(total_steps, checkpoint_every, steps_per_execution):
 
     The largest divisor of total_steps that is a multiple of steps_per_execution, at
     most checkpoint_every and at least half of it; where none exists (a total_steps
-    worked out from epochs, e.g. 90 * 14,197,122 // 4096 = 311,945), checkpoint_every
+    worked out from epochs, e.g. configs/vit_b16_i21k.py's 280,004), checkpoint_every
     rounded down to a multiple of steps_per_execution, and total_steps rounded to the
     nearest multiple of that (a change of at most half an interval)."""
     spe = steps_per_execution
