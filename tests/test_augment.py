@@ -328,6 +328,28 @@ def test_augmented_stream_is_deterministic_and_resumable(data):
     np.testing.assert_array_equal(y, full[0][1])
 
 
+def test_a_pipeline_feeding_two_replicas_resumes_on_the_same_batches(data):
+    # Under a mirrored strategy on one worker the pipeline yields per-replica batches, two
+    # per step: step s's are batches 2s and 2s + 1, mixed as in an uninterrupted run.
+    kw = dict(KW, augmentation=AUG, batch_size=4, global_batch_size=8)
+    full = testing.take(ip.train_dataset(data, **kw), 14)
+    resumed = testing.take(ip.train_dataset(data, start_step=4, **kw), 6)
+    for (a, b), (c, d) in zip(full[8:], resumed):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    # Files sharded over two workers, each pipeline feeding two replicas: a resume skips
+    # the pipeline's own share of each step (2 x 4 examples), not one replica's.
+    context = tf.distribute.InputContext(
+        num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=4
+    )
+    kw = dict(kw, global_batch_size=16, shard_by="files", input_context=context)
+    full = testing.take(ip.train_dataset(data, **kw), 14)
+    resumed = testing.take(ip.train_dataset(data, start_step=4, **kw), 6)
+    for (a, b), (c, d) in zip(full[8:], resumed):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+
+
 def test_mixing_needs_class_labels(data):
     ((_, y),) = testing.take(
         ip.train_dataset(data, batch_size=8, augmentation={"mixup": 0.5}, **KW), 1

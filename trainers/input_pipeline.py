@@ -324,6 +324,15 @@ def train_dataset(
     num_pipelines = input_context.num_input_pipelines if input_context else 1
     pipeline_id = input_context.input_pipeline_id if input_context else 0
     global_batch_size = global_batch_size or batch_size * num_pipelines
+    # Batches this pipeline yields per step: one per replica it feeds (several under a
+    # mirrored strategy on one worker, or on a TPU host).
+    per_pipeline = global_batch_size // num_pipelines
+    if per_pipeline % batch_size:
+        raise ValueError(
+            f"global_batch_size={global_batch_size} over {num_pipelines} input pipeline(s) is "
+            f"not a multiple of the per-replica batch_size={batch_size}."
+        )
+    replicas_per_pipeline = per_pipeline // batch_size
     image_size = _size(image_size)
     files = list(zip(info.files, info.counts))
     if shard_by == "files" and num_pipelines > 1:
@@ -331,7 +340,7 @@ def train_dataset(
             raise DataError(f"shard_by='files' needs >= {num_pipelines} shards, found {len(files)}")
         files = files[pipeline_id::num_pipelines]
         examples_per_epoch = sum(c for _, c in files)
-        consumed = start_step * batch_size
+        consumed = start_step * per_pipeline
         stride, offset = 1, 0
     elif shard_by in ("examples", "files"):
         examples_per_epoch = info.num_examples
@@ -392,8 +401,9 @@ def train_dataset(
     if batch_fn is not None:
         ds = ds.map(batch_fn, num_parallel_calls=AUTOTUNE, deterministic=True)
     if mixing:
-        # This pipeline's k-th batch is global step start_step + k (both shard_by modes).
-        ds = ds.enumerate(start=start_step).map(
+        # The pipeline's batches are numbered as in an uninterrupted run: step s, replica r
+        # is batch s * replicas_per_pipeline + r (both shard_by modes).
+        ds = ds.enumerate(start=start_step * replicas_per_pipeline).map(
             _batch_mixer(seed, aug["mixup"], aug["cutmix"], num_classes),
             num_parallel_calls=AUTOTUNE,
             deterministic=True,
