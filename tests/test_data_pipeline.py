@@ -79,6 +79,14 @@ def test_corrupt_shard_is_skipped_and_counted(data, tmp_path):
     assert n == split.num_examples
     with pytest.raises(ip.DataError, match="corrupt shard"):
         ip.get_split(str(bad), "train", strict=True)
+    # The few-shot evaluator checks its splits as config.input says too.
+    from keras_vit_trainers import fewshot_evaluator
+
+    lenient = fewshot_evaluator.FewShotEvaluator(str(bad), 28, train_split="train")
+    assert lenient._split("train", None).num_examples == split.num_examples
+    strict = fewshot_evaluator.FewShotEvaluator(str(bad), 28, strict=True, train_split="train")
+    with pytest.raises(ip.DataError, match="corrupt shard"):
+        strict._split("train", None)
 
 
 def test_bad_data_dirs_name_the_directory(tmp_path):

@@ -134,7 +134,12 @@ class FewShot(Evaluator):
     def __init__(self, name, every, context, **options):
         super().__init__(name, every, context)
         self.evaluator = fewshot_evaluator.FewShotEvaluator(
-            context.data_dir, context.image_size, context.num_classes, **options
+            context.data_dir,
+            context.image_size,
+            context.num_classes,
+            strict=context.pipeline.get("strict", False),
+            verify_max_bytes=context.pipeline.get("verify_max_bytes", common.VERIFY_MAX_BYTES),
+            **options,
         )
         self.vit = None  # the ViT whose features are read; default: the trained model
 

@@ -170,11 +170,21 @@ class FewShotEvaluator:
       data_dir: a tools/make_tfrecords.py directory.
       image_size: the model's input size (int or (H, W)).
       num_classes: default: the manifest's.
+      strict, verify_max_bytes: how the splits are checked, as `config.input`'s
+        (`input_pipeline.get_split`): strict makes a corrupt shard an error.
       **options: see DEFAULTS (shots, num_seeds, l2, representation, splits, caps
         on the number of examples read: the first N of each split).
     """
 
-    def __init__(self, data_dir, image_size, num_classes=None, **options):
+    def __init__(
+        self,
+        data_dir,
+        image_size,
+        num_classes=None,
+        strict=False,
+        verify_max_bytes=common.VERIFY_MAX_BYTES,
+        **options,
+    ):
         unknown = set(options) - set(DEFAULTS)
         if unknown:
             raise ValueError(
@@ -183,6 +193,7 @@ class FewShotEvaluator:
         self.options = {**DEFAULTS, **options}
         self.data_dir = data_dir
         self.image_size = image_size
+        self.strict, self.verify_max_bytes = bool(strict), verify_max_bytes  # config.input's
         self.num_classes = num_classes or input_pipeline.get_num_classes(data_dir)
         self._splits = {}  # (split, max_examples) -> input_pipeline.Split, scanned once
         self._draws = None  # (train labels, needed indices, their record positions)
@@ -193,7 +204,10 @@ class FewShotEvaluator:
     def _split(self, split, max_examples):
         key = (split, max_examples)
         if key not in self._splits:
-            self._splits[key] = _first(input_pipeline.get_split(self.data_dir, split), max_examples)
+            info = input_pipeline.get_split(
+                self.data_dir, split, self.strict, self.verify_max_bytes
+            )
+            self._splits[key] = _first(info, max_examples)
         return self._splits[key]
 
     def _batches(self, split, max_examples):
