@@ -77,6 +77,9 @@ def test_a_resume_under_the_same_plan_continues_and_under_another_is_refused(tmp
     os.makedirs(directory)
     assert train_lib.plan(_config(), ONE_REPLICA, directory).start_step == 0
     assert os.path.exists(os.path.join(directory, train_lib.PLAN_FILE))
+    # Stopped before its first checkpoint: nothing to resume, so another plan may start.
+    assert train_lib.plan(_config(total_steps=80), ONE_REPLICA, directory).total_steps == 80
+    assert train_lib.plan(_config(), ONE_REPLICA, directory).start_step == 0
     _checkpointed(directory, 3)
     assert train_lib.plan(_config(), ONE_REPLICA, directory).start_step == 30
     for changed, named in (

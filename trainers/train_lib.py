@@ -173,14 +173,16 @@ def _saved_epoch(checkpoint_dir):
 
 
 def _check_resume(checkpoint_dir, planned, saved_epoch):
-    """Refuses to resume checkpoints counted in another plan's steps (PlanError); writes
-    the plan on a fresh run."""
+    """Refuses to resume checkpoints counted in another plan's steps (PlanError). With no
+    checkpoint yet (a fresh run, or one stopped before its first) the plan is
+    (re)written: there is nothing to resume, so any plan may start."""
     path = os.path.join(checkpoint_dir, PLAN_FILE)
+    if not saved_epoch:
+        with run_directory.open_file(path, "w") as f:
+            json.dump(planned, f)
+        return
     if not run_directory.exists(path):
-        if not saved_epoch:
-            with run_directory.open_file(path, "w") as f:
-                json.dump(planned, f)
-        return  # a fresh run, or checkpoints written before the plan was recorded
+        return  # checkpoints written before the plan was recorded
     try:
         with run_directory.open_file(path) as f:
             saved = json.load(f)
