@@ -54,6 +54,14 @@ class Context:
     batch_size: int
     pipeline: dict  # eval_dataset keyword arguments (image_size, strict, batch_fn, ...)
 
+    @property
+    def split_checks(self):
+        """How splits are checked (`input_pipeline.get_split`), as config.input says."""
+        return {
+            "strict": self.pipeline.get("strict", False),
+            "verify_max_bytes": self.pipeline.get("verify_max_bytes", common.VERIFY_MAX_BYTES),
+        }
+
 
 class Evaluator:
     """One named evaluation: `run(model) -> {metric: float}` (see module docstring)."""
@@ -97,12 +105,7 @@ class Classification(Evaluator):
     def dataset(self):
         if self._dataset is None:
             ctx = self.context
-            info = input_pipeline.get_split(
-                ctx.data_dir,
-                self.split,
-                ctx.pipeline.get("strict", False),
-                ctx.pipeline.get("verify_max_bytes", common.VERIFY_MAX_BYTES),
-            )
+            info = input_pipeline.get_split(ctx.data_dir, self.split, **ctx.split_checks)
             replicas = ctx.strategy.num_replicas_in_sync
             batch = min(self.batch_size, -(-info.num_examples // replicas) * replicas)
             batch = max(batch - batch % replicas, replicas)
@@ -137,8 +140,7 @@ class FewShot(Evaluator):
             context.data_dir,
             context.image_size,
             context.num_classes,
-            strict=context.pipeline.get("strict", False),
-            verify_max_bytes=context.pipeline.get("verify_max_bytes", common.VERIFY_MAX_BYTES),
+            **context.split_checks,
             **options,
         )
         self.vit = None  # the ViT whose features are read; default: the trained model
