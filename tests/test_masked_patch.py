@@ -18,7 +18,7 @@ from keras_vit.layers.patch_corruption import KEPT, MASKED, REPLACED, UNCHANGED,
 Z = 5.0
 
 
-def tiny_vit(classifier="token", image_size=16, patch_size=4):
+def tiny_vit(classifier="token", image_size=16, patch_size=4, **kwargs):
     return keras_vit.VisionTransformer(
         image_size=image_size,
         patch_size=patch_size,
@@ -28,6 +28,7 @@ def tiny_vit(classifier="token", image_size=16, patch_size=4):
         num_layers=1,
         classifier=classifier,
         num_classes=5,
+        **kwargs,
     )
 
 
@@ -189,31 +190,14 @@ def test_intensity_targets_of_grey_images_equal_those_of_the_same_images_in_rgb(
 
 
 def test_predictor_takes_grey_backbones_for_intensity_and_refuses_what_cannot_work():
-    grey = keras_vit.VisionTransformer(
-        input_shape=(16, 16, 1),
-        patch_size=4,
-        hidden_size=16,
-        mlp_dim=32,
-        num_heads=2,
-        num_layers=1,
-        num_classes=5,
-    )
+    grey = tiny_vit(input_shape=(16, 16, 1))
     model = masked_patch.MaskedPatchPredictor(grey, target="intensity", seed=0)
     images = np.zeros((2, 16, 16, 1), "float32")
     assert keras.ops.convert_to_numpy(model.targets(images)).shape == (2, 16)
     assert keras.ops.convert_to_numpy(model(images)).shape == (2, 16, 9)
     with pytest.raises(ValueError, match="target='rgb' needs RGB images; .* 1 channel"):
         masked_patch.MaskedPatchPredictor(grey, target="rgb")
-    any_size = keras_vit.VisionTransformer(
-        input_shape=(None, None, 3),
-        image_size=16,
-        patch_size=4,
-        hidden_size=16,
-        mlp_dim=32,
-        num_heads=2,
-        num_layers=1,
-        num_classes=5,
-    )
+    any_size = tiny_vit(input_shape=(None, None, 3))
     with pytest.raises(ValueError, match="needs a backbone of one resolution"):
         masked_patch.MaskedPatchPredictor(any_size)
 
