@@ -1,4 +1,6 @@
-"""The paper's optimizers, with global-norm clipping of the *all-reduced* gradient.
+"""The paper's optimizers, with global-norm clipping of the *all-reduced* gradient,
+and the fine-tuning controls: layer-wise learning-rate decay and weight-decay
+exclusions.
 
 Keras 3's own `global_clipnorm` would clip each replica's partial gradient; these
 subclasses clip the all-reduced one, the official semantics, through
@@ -7,40 +9,97 @@ trainers/keras_workarounds.py's `ClipAfterAllReduce` (why, and its tests, there)
 Weight decay: Keras' AdamW applies `variable -= variable * weight_decay * lr`
 (keras/src/optimizers/base_optimizer.py `_apply_weight_decay`, checked in Keras
 3.15), i.e. decay coupled to the scheduled learning rate, as the official code
-(param -= lr * wd * param; docs/design.md, "Recipes"). It decays every variable, as
-the official code does.
+(param -= lr * wd * param; docs/design.md, "Recipes"). By default it decays every
+variable, as the official code does; `config.weight_decay_exclude` names variables to
+leave undecayed through Keras' own `exclude_from_weight_decay` (matched against
+`variable.name`, the last part of its path: `bias`, `gamma`, `pos_embedding`, ...).
+
+Layer-wise learning-rate decay (`config.layer_decay` < 1; trainers/layer_decay.py
+says which variable is which layer): `update_step`, the per-variable hook Keras
+optimizers are written in, runs with the variable's learning rate, and the coupled
+weight decay is applied there with that same learning rate (Keras' own
+`_apply_weight_decay` would use the unscaled one).
 """
 
 import keras
+from keras import ops
+from keras_vit_trainers import layer_decay as layer_decay_lib
 from keras_vit_trainers.keras_workarounds import ClipAfterAllReduce
 
 
+class LayerwiseLearningRate:
+    """Optimizer mixin: each variable's update uses `learning_rate` times its layer's
+    multiplier, `layer_decay ** (L + 1 - layer id)` (trainers/layer_decay.py); coupled
+    weight decay likewise. `layer_decay=1.0` leaves the optimizer as Keras has it."""
+
+    def __init__(self, *args, layer_decay=1.0, **kwargs):
+        layer_decay = float(layer_decay)
+        weight_decay = kwargs.get("weight_decay")
+        if layer_decay != 1.0:  # applied per variable in update_step instead
+            kwargs["weight_decay"] = 0.0  # (AdamW refuses None)
+        super().__init__(*args, **kwargs)
+        self.layer_decay = layer_decay
+        self._decay_each_layer = layer_decay != 1.0
+        self._layer_weight_decay = weight_decay
+
+    def build(self, var_list):
+        super().build(var_list)
+        self.learning_rate_scales = layer_decay_lib.scales(
+            [v.path for v in var_list], self.layer_decay
+        )
+
+    def update_step(self, gradient, variable, learning_rate):
+        if not self._decay_each_layer:
+            return super().update_step(gradient, variable, learning_rate)
+        scale = self.learning_rate_scales[self._get_variable_index(variable)]
+        learning_rate = ops.cast(learning_rate, variable.dtype) * scale
+        if self._layer_weight_decay and self._use_weight_decay(variable):
+            wd = ops.cast(self._layer_weight_decay, variable.dtype)
+            variable.assign(variable - variable * wd * learning_rate)
+        return super().update_step(gradient, variable, learning_rate)
+
+    def get_config(self):
+        config = {**super().get_config(), "layer_decay": self.layer_decay}
+        if self._decay_each_layer:
+            config["weight_decay"] = self._layer_weight_decay
+        return config
+
+
 @keras.saving.register_keras_serializable(package="keras_vit_trainers")
-class AdamW(ClipAfterAllReduce, keras.optimizers.AdamW):
+class AdamW(LayerwiseLearningRate, ClipAfterAllReduce, keras.optimizers.AdamW):
     pass
 
 
 @keras.saving.register_keras_serializable(package="keras_vit_trainers")
-class SGD(ClipAfterAllReduce, keras.optimizers.SGD):
+class SGD(LayerwiseLearningRate, ClipAfterAllReduce, keras.optimizers.SGD):
     pass
 
 
 def make_optimizer(config, learning_rate):
-    """Optimizer from the config's `optimizer` ('adamw' | 'sgd') and its keys."""
+    """Optimizer from the config's `optimizer` ('adamw' | 'sgd') and its keys,
+    `layer_decay` and `weight_decay_exclude` included."""
     ema = float(config.ema_momentum or 0.0)
     common = dict(
         learning_rate=learning_rate,
         clip_global_norm=config.grad_clip_norm,
         use_ema=ema > 0,
         ema_momentum=ema or 0.99,
+        layer_decay=config.get("layer_decay", 1.0),
     )
     if config.optimizer == "adamw":
-        return AdamW(
+        optimizer = AdamW(
             beta_1=config.beta1,
             beta_2=config.beta2,
             weight_decay=config.weight_decay,
             **common,
         )
-    if config.optimizer == "sgd":
-        return SGD(momentum=config.momentum, weight_decay=config.weight_decay or None, **common)
-    raise ValueError(f"config.optimizer={config.optimizer!r}: expected adamw or sgd")
+    elif config.optimizer == "sgd":
+        optimizer = SGD(
+            momentum=config.momentum, weight_decay=config.weight_decay or None, **common
+        )
+    else:
+        raise ValueError(f"config.optimizer={config.optimizer!r}: expected adamw or sgd")
+    exclude = tuple(config.get("weight_decay_exclude") or ())
+    if exclude:
+        optimizer.exclude_from_weight_decay(var_names=list(exclude))
+    return optimizer
