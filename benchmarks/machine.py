@@ -1,10 +1,13 @@
 """Which machine a benchmark ran on, for every JSON and table it writes.
 
-The project's figures come from two kinds of 2-core CPU that differ up to 4x on
-the same benchmark: an AMD EPYC (Zen 3: AVX2 and FMA only; no AVX-512, VNNI,
-bf16 or AMX), where every figure committed before 2026-12-01 was measured, and
-an Intel Xeon (Sapphire Rapids: AVX-512, AVX-512-BF16, AVX-512-VNNI, AMX). A
-figure without its CPU, core count and load cannot be compared with another.
+The project's figures come from several kinds of 2-core CPU that differ up to 4x
+on the same benchmark, and that /proc/cpuinfo's model name alone ("AMD EPYC") does
+not tell apart: AMD EPYC Zen 3 (family 25, AVX2 and FMA only), Zen 4 (family 25,
+models 0x10-0x1f and 0xa0-0xaf: AVX-512, AVX-512-BF16, no AMX), family 26 (Zen 5:
+AVX-512, AVX-512-BF16, no AMX), and Intel Xeon Sapphire Rapids (family 6, model
+143: AVX-512, AVX-512-BF16, AVX-512-VNNI, AMX). `machine_info` records the family,
+model and stepping and names the kind (`cpu_kind`). A figure without its CPU kind,
+core count and load cannot be compared with another.
 
     from keras_vit_benchmarks.machine import describe, machine_info
     report["machine"] = machine_info()
@@ -33,6 +36,25 @@ INSTRUCTION_SETS = (
     "avx512_fp16",
 )
 FRAMEWORKS = ("tensorflow", "keras", "jax", "torch")
+
+
+def cpu_kind(vendor, family, model):
+    """The microarchitecture of (vendor_id, cpu family, model) as /proc/cpuinfo gives
+    them, for the kinds the project runs on; else 'VENDOR family F model M'."""
+    try:
+        family, model = int(family), int(model)
+    except (TypeError, ValueError):
+        return None
+    if vendor == "AuthenticAMD" and family == 25:
+        zen4 = 0x10 <= model <= 0x1F or 0x60 <= model <= 0x7F or 0xA0 <= model <= 0xAF
+        return "AMD Zen 4" if zen4 else "AMD Zen 3"
+    if vendor == "AuthenticAMD" and family == 26:
+        return "AMD Zen 5"
+    if vendor == "GenuineIntel" and family == 6 and model == 143:
+        return "Intel Sapphire Rapids"
+    if vendor == "GenuineIntel" and family == 6 and model == 207:
+        return "Intel Emerald Rapids"
+    return f"{vendor} family {family} model {model}"
 
 
 def _cpuinfo():
@@ -68,6 +90,10 @@ def machine_info():
     info = {
         "cpu_model": cpu.get("model name") or platform.processor() or platform.machine(),
         "cpu_vendor": cpu.get("vendor_id") or None,
+        "cpu_family": cpu.get("cpu family"),
+        "cpu_model_number": cpu.get("model"),
+        "cpu_stepping": cpu.get("stepping"),
+        "cpu_kind": cpu_kind(cpu.get("vendor_id"), cpu.get("cpu family"), cpu.get("model")),
         "logical_cpus": os.cpu_count(),
         "usable_cpus": usable,
         "instruction_sets": sorted(name for name in INSTRUCTION_SETS if name in flags),
@@ -83,8 +109,8 @@ def machine_info():
 
 
 def describe(info=None):
-    """One line, e.g. 'Intel(R) Xeon(R) Processor, 2 CPUs, AVX2 AVX-512 AVX-512-BF16
-    AMX, load 1.2'."""
+    """One line, e.g. 'AMD EPYC (AMD Zen 4, family 25 model 17), 2 CPUs, AVX2 AVX-512
+    AVX-512-BF16 AVX-512-VNNI, load 1.2'."""
     info = info or machine_info()
     sets = set(info.get("instruction_sets") or ())
     names = [
@@ -102,7 +128,11 @@ def describe(info=None):
     if "avx2" in sets and "avx512f" not in sets:
         names.append("(no AVX-512)")
     cpus = info.get("usable_cpus") or info.get("logical_cpus")
-    line = f"{info.get('cpu_model', '?')}, {cpus} CPUs, {' '.join(names) or 'no AVX2'}"
+    cpu = info.get("cpu_model", "?")
+    if info.get("cpu_kind"):
+        cpu += f" ({info['cpu_kind']}, family {info.get('cpu_family')} model "
+        cpu += f"{info.get('cpu_model_number')})"
+    line = f"{cpu}, {cpus} CPUs, {' '.join(names) or 'no AVX2'}"
     load = info.get("load_average")
     if load:
         line += f", load {load[0]:.1f}"
