@@ -1,9 +1,9 @@
 """What a fine-tuning run trains: `config.freeze`.
 
-  none       every variable (full fine-tuning; the paper's recipe)
-  backbone   the head only (a linear probe on the frozen representation): every layer
-             of the model but `head` is made non-trainable before compiling, so the
-             optimizer, its weight decay and its EMA never see the backbone's variables
+none       every variable (full fine-tuning; the paper's recipe)
+backbone   the head only (a linear probe on the frozen representation): every layer
+           of the model but `head` is made non-trainable before compiling, so the
+           optimizer, its weight decay and its EMA never see the backbone's variables
 """
 
 MODES = ("none", "backbone")
