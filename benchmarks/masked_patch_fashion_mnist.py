@@ -22,17 +22,11 @@ naming the machine (benchmarks/machine.py). Measurements, not pass/fail.
 
 import json
 import os
-import subprocess
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-from absl import (
-    app,  # noqa: E402
-    flags,  # noqa: E402
-)
-from keras_vit_benchmarks.machine import describe, machine_info  # noqa: E402
+from absl import app, flags
+from keras_vit_benchmarks import trainer_runs
+from keras_vit_benchmarks.machine import describe, machine_info
 
 flags.DEFINE_string("data_dir", None, "tools/make_tfrecords.py --source=fashion_mnist output.")
 flags.DEFINE_string("work_dir", None, "Where the runs go.")
@@ -43,7 +37,6 @@ flags.DEFINE_bool("adamw_baseline", False, "Also compare with the AdamW recipe."
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Fine-tuning seeds (and scratch init seeds).")
 FLAGS = flags.FLAGS
 
-PY = sys.executable
 # configs/fashion_mnist.py's from-scratch recipe as finetune.py overrides.
 ADAMW_FINETUNE = (
     "--config.finetune.optimizer=adamw",
@@ -55,48 +48,27 @@ ADAMW_FINETUNE = (
 
 
 def _run(name, cmd):
-    run_dir = os.path.join(FLAGS.work_dir, name)
-    metrics = os.path.join(run_dir, "metrics.json")
-    if not os.path.exists(metrics):
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd)}", flush=True)
-        subprocess.run(cmd, cwd=ROOT, check=True)
-    with open(metrics) as f:
-        return json.load(f)
+    return trainer_runs.run_once(FLAGS.work_dir, name, cmd)
 
 
 def _trainer(trainer, config, name, *extra):
-    return [
-        PY,
-        os.path.join("trainers", f"{trainer}.py"),
-        f"--config={config}",
-        f"--data_dir={FLAGS.data_dir}",
-        f"--model_dir={os.path.join(FLAGS.work_dir, name)}",
-        *extra,
-        *FLAGS.extra,
-    ]
+    model_dir = os.path.join(FLAGS.work_dir, name)
+    return trainer_runs.trainer_command(
+        trainer, config, FLAGS.data_dir, model_dir, *extra, *FLAGS.extra
+    )
 
 
 def _export_random_init(name, seed):
     """RUN dir of configs/fashion_mnist_masked_patch.py's model (the pre-trained one's
     architecture) as initialised with `seed`."""
-    run_dir = os.path.join(FLAGS.work_dir, name)
-    if os.path.exists(os.path.join(run_dir, "model.weights.h5")):
-        return run_dir
-    import keras
     from keras_vit_configs import fashion_mnist_masked_patch
-    from keras_vit_trainers import train_lib
 
     config = fashion_mnist_masked_patch.get_config()
-    keras.utils.set_random_seed(int(seed))
-    model = train_lib.model_factory(config)(num_classes=10)
-    train_lib.export(model, run_dir)
-    return run_dir
+    run_dir = os.path.join(FLAGS.work_dir, name)
+    return trainer_runs.export_random_init(config, run_dir, seed, num_classes=10)
 
 
-def _mean_std(values):
-    import numpy as np
-
-    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+_mean_std = trainer_runs.mean_std
 
 
 def _finetune(name, init, seed, *extra):
