@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 FMNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: setup data lint format test demo clean
+.PHONY: setup data lint format test wheel-check demo clean
 
 setup: $(VENV)/.installed
 
@@ -54,6 +54,13 @@ test: setup data lint
 	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -k "not xla or no_xla" $(NUMERIC_TESTS)
 	$(PY) -m pip install -q -e '.[torch]'
 	KERAS_BACKEND=torch $(PY) -m pytest -q $$(cat tests/torch_stage.txt)
+	$(MAKE) --no-print-directory wheel-check
+
+# keras_vit as a library (docs/testing.md): the sdist and the wheel built from a copy of the
+# tree, twine-checked, the wheel installed into a fresh venv (no TensorFlow) and a tiny model
+# run there under KERAS_BACKEND=numpy, outside the repository.
+wheel-check: setup
+	$(PY) .ci/wheel_check.py
 
 demo: setup data
 	$(PY) tools/demo.py
