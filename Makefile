@@ -52,7 +52,7 @@ PYTEST_WORKERS ?= 2
 test: setup data lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests
 	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -k "not xla or no_xla" $(NUMERIC_TESTS)
-	$(PY) -m pip install -q -e '.[torch]'
+	$(PY) -m pip install -q -e '.[torch,interop-test]'
 	KERAS_BACKEND=torch $(PY) -m pytest -q $$(cat tests/torch_stage.txt)
 	$(MAKE) --no-print-directory wheel-check
 

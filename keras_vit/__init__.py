@@ -4,6 +4,11 @@
     model = keras_vit.ViT_B16(weights="imagenet21k+imagenet2012")
     logits = model(keras_vit.preprocess_input(images))
 
+Construction builds, loading is a step of its own: `ViT_B16(weights=...)`,
+`build_model(..., weights=...)` and `from_weights(weights, **arguments)` open
+the checkpoint, build the model with what it records, then load it;
+`load_weights(model, weights)` loads into a model already built.
+
 Runs under the TensorFlow and JAX backends (keras.ops only).
 """
 
@@ -29,6 +34,7 @@ from keras_vit.builders import (
     build_model,
 )
 from keras_vit.checkpoint import CheckpointError, load_weights, save_checkpoint
+from keras_vit.factory import from_weights
 from keras_vit.hybrid import HybridViT
 from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit.variants import HYBRID_VARIANTS, VARIANTS
@@ -78,6 +84,7 @@ __all__ = [
     "build_model",
     "decode_predictions",
     "factory",
+    "from_weights",
     "hybrid",
     "layers",
     "load_weights",

@@ -1,15 +1,15 @@
 """Named ViT builders (`ViT_B16(...)`, hybrids `R50_ViT_B16(...)`) and
 `build_model` from a name or a dict.
 
-Each is a `VisionTransformer(...)` call with the variant's sizes, so `weights=`
-goes through `keras_vit.factory.resolve_weights` like any other construction,
-keras.applications' arguments (input_shape, input_tensor, pooling, classes,
-classifier_activation) mean the same, and an unknown keyword argument is a
-TypeError naming it.
+Each is a `keras_vit.factory.from_weights(weights, ...)` call with the variant's
+sizes: with `weights`, the checkpoint is opened, the model built with what it
+records, then loaded; without, it is `VisionTransformer(...)`. keras.applications'
+arguments (input_shape, input_tensor, pooling, classes, classifier_activation)
+mean the same, and an unknown keyword argument is a TypeError naming it.
 """
 
+from keras_vit.factory import from_weights
 from keras_vit.variants import HYBRID_VARIANTS, VARIANTS
-from keras_vit.vision_transformer import VisionTransformer
 
 _ALL_VARIANTS = {**VARIANTS, **HYBRID_VARIANTS}
 
@@ -17,7 +17,7 @@ _ALL_VARIANTS = {**VARIANTS, **HYBRID_VARIANTS}
 def _builder(variant):
     def build(weights=None, **kwargs):
         kwargs.setdefault("name", variant.lower())
-        return VisionTransformer(weights=weights, **{**_ALL_VARIANTS[variant], **kwargs})
+        return from_weights(weights, **{**_ALL_VARIANTS[variant], **kwargs})
 
     arch = _ALL_VARIANTS[variant]
     resnet = ""
@@ -58,7 +58,8 @@ BUILDERS = {name: globals()[name] for name in _ALL_VARIANTS}
 
 def build_model(spec, **overrides):
     """A model from a builder name ('ViT_B16') or a dict of VisionTransformer
-    kwargs (may hold 'name' of a builder under key 'variant')."""
+    kwargs (may hold 'name' of a builder under key 'variant'); `weights` (in
+    `overrides` or the dict) as `keras_vit.factory.from_weights`."""
     if isinstance(spec, str):
         if spec not in BUILDERS:
             raise ValueError(f"Unknown model {spec!r}; known: {', '.join(BUILDERS)}.")
@@ -67,4 +68,5 @@ def build_model(spec, **overrides):
     variant = spec.pop("variant", None)
     if variant is not None:
         return build_model(variant, **{**spec, **overrides})
-    return VisionTransformer(**{**spec, **overrides})
+    arguments = {**spec, **overrides}
+    return from_weights(arguments.pop("weights", None), **arguments)

@@ -37,14 +37,37 @@ without AMX (Skylake-X, Ice Lake) is inferred for float32, which AMX does not co
 float16, float32 on AVX2-only CPUs (the EPYC, measured before the fusion) and every
 unmeasured case keep XLA, the choice measured as the better one on a CPU without
 bfloat16 hardware; so does a CPU whose flags cannot be read (not Linux; ARM): its worst
-measured loss is 1.8x, against 4.7x for the other choice. Training (`fit`) uses the
+measured loss is 1.8x, against 4.7x for the other choice. A model's own `fit` uses the
 same answer (Keras has one `jit_compile` per model); the rule follows inference, where
-the choice matters most on a CPU.
+the choice matters most on a CPU. The trainers have a rule of their own (below).
 
 Under JAX the rule is Keras' (always XLA); on TensorFlow with a GPU/TPU, under a
 tf.distribute strategy and on other backends it defers to Keras (`None`). A
 `jit_compile=True/False` given to `compile`, or set as `model.jit_compile`, is never
 overridden: this rule only answers "auto".
+
+Training has its own rule, `training_jit_compile`, which the trainers (trainers/
+config_checks.py) apply to `config.jit_compile="auto"` from plain facts they gather: the
+strategy, the replicas' device type and number, the compute dtype, the CPU flags and whether
+TensorFlow's op determinism is on. Measured (TensorFlow 2.21, CPU):
+
+- XLA cannot train more than one replica on CPUs: under MirroredStrategy over logical CPU
+  devices the step fails with "Trying to access resource .../replica_1 located in device
+  CPU:1 from device CPU:0" (XLA knows one CPU device; xla/known_issues), under
+  MultiWorkerMirroredStrategy with "Collectives are not yet implemented for CPU devices
+  when compiling with XLA". One replica (the default strategy, or mirrored over one CPU)
+  trains under XLA.
+- On one CPU replica XLA trained the Fashion-MNIST demo's model 1.05x faster in float32
+  (842 against 803 images/s, docs/training.md; ViT-S/16 level, docs/speed.md), so float32
+  and float16 train with XLA; bfloat16 on a CPU with bfloat16 dot products
+  (`BF16_DOT_FLAGS`) goes without, as inference does (XLA's CPU backend computes bfloat16
+  below float32 speed).
+- On one GPU XLA (Keras' own choice there); on several GPUs Keras' own choice, no XLA
+  (not measured here); on TPUs XLA, which a TPU runs whatever is asked.
+- Keras compiles no XLA while op determinism is on (`model_supports_jit`).
+
+An explicit `jit_compile=True` where XLA cannot train is an error (`JitCompileError`);
+an explicit `False`, or `True` elsewhere, is kept.
 
 Stdlib and Keras only; never imports TensorFlow (Keras' own `model_supports_jit`,
 called by `supports_jit`, does under the TensorFlow backend, where it is loaded).
@@ -152,3 +175,79 @@ def resolve_auto_jit_compile(model):
     if choice:
         return supports_jit(model)
     return choice
+
+
+# --- training -------------------------------------------------------------------------
+
+
+class JitCompileError(ValueError):
+    """`jit_compile=True` where XLA cannot train; `reason` says why."""
+
+    def __init__(self, reason):
+        super().__init__(f"jit_compile=True: {reason}; use jit_compile='auto' or False")
+        self.reason = reason
+
+
+def _no_xla_reason(strategy, device_type, replicas, deterministic):
+    """Why XLA cannot train here (module docstring), or None."""
+    if device_type == "CPU" and replicas > 1:
+        why = (
+            "XLA has no CPU collectives"
+            if strategy == "multi_worker"
+            else "XLA reaches no variable on another logical CPU"
+        )
+        return f"XLA cannot train {replicas} replicas on CPUs under the {strategy} strategy ({why})"
+    if deterministic:
+        return "Keras compiles no XLA while op determinism is on (deterministic_ops)"
+    return None
+
+
+def training_jit_compile(
+    requested,
+    *,
+    strategy,
+    device_type,
+    replicas,
+    compute_dtype,
+    cpu_flags=None,
+    deterministic=False,
+):
+    """The `jit_compile` a training run compiles with, and why (module docstring).
+
+    Args:
+        requested: the config's value: "auto", True or False.
+        strategy: the strategy's kind, as the trainers' `--strategy` names it
+            ('default', 'mirrored', 'multi_worker', 'tpu'); named in messages.
+        device_type: the type of the devices the replicas run on: 'CPU', 'GPU' or 'TPU'.
+        replicas: the number of replicas in sync (all workers).
+        compute_dtype: the dtype the model's matmuls run in ('float32', 'bfloat16',
+            'float16').
+        cpu_flags: the CPU's flags (`cpu_flags()`), or None if unknown.
+        deterministic: whether TensorFlow's op determinism is on.
+
+    Returns:
+        (jit_compile, reason): a bool, and a phrase saying why, for the log.
+
+    Raises:
+        ValueError: `requested` is not "auto", True or False.
+        JitCompileError: `requested` is True where XLA cannot train; the message names
+            the strategy and what to set instead.
+    """
+    if not (isinstance(requested, bool) or requested == "auto"):
+        raise ValueError(f"jit_compile={requested!r}: expected 'auto', True or False")
+    cannot = _no_xla_reason(strategy, device_type, replicas, deterministic)
+    if requested is True and cannot:
+        raise JitCompileError(cannot)
+    if isinstance(requested, bool):
+        return requested, "as configured"
+    if cannot:
+        return False, cannot
+    if device_type == "TPU":
+        return True, "a TPU runs XLA"
+    if device_type == "GPU":
+        if replicas > 1:
+            return False, f"{replicas} GPU replicas, as Keras chooses (XLA not measured there)"
+        return True, "one GPU replica, as Keras chooses"
+    if compute_dtype == "bfloat16" and cpu_flags is not None and BF16_DOT_FLAGS & cpu_flags:
+        return False, "bfloat16 on a CPU with bfloat16 dot products (XLA's CPU backend has none)"
+    return True, f"one CPU replica in {compute_dtype}, where XLA trained faster"

@@ -18,6 +18,7 @@ spec and Transformer size.
 import keras
 
 from keras_vit.builders import R26_ViT_B32, R26_ViT_S32, R50_ViT_B16, R50_ViT_L32, R_Ti16
+from keras_vit.factory import from_weights
 from keras_vit.variants import SIZES
 from keras_vit.vision_transformer import VisionTransformer
 
@@ -31,7 +32,8 @@ def HybridViT(resnet, size="B", patch_size=1, weights=None, **kwargs):
         size: 'Ti', 'S', 'B', 'L' or 'H' (hidden size, MLP, heads, layers of
             the paper's Table 1).
         patch_size: patch side on the ResNet feature map.
-        weights, **kwargs: as `keras_vit.VisionTransformer` (image_size,
+        weights: as `keras_vit.from_weights` (None: none).
+        **kwargs: as `keras_vit.VisionTransformer` (image_size,
             num_classes, include_top, classifier, representation_size, ...,
             and keras.applications' input_shape, input_tensor, pooling, classes,
             classifier_activation).
@@ -42,9 +44,7 @@ def HybridViT(resnet, size="B", patch_size=1, weights=None, **kwargs):
     if size not in SIZES:
         raise ValueError(f"Unknown size {size!r}; known: {', '.join(SIZES)}.")
     kwargs.setdefault("name", "hybrid_vit")
-    return VisionTransformer(
-        resnet=resnet, patch_size=patch_size, weights=weights, **{**SIZES[size], **kwargs}
-    )
+    return from_weights(weights, resnet=resnet, patch_size=patch_size, **{**SIZES[size], **kwargs})
 
 
 def feature_extractor(model, stages=False):

@@ -16,7 +16,11 @@ trainers/finetune.py): the one place that knows its layout.
     RUN/model_config.json    the model's get_config(): `read_model` rebuilds it
 
 Everyone who reads or writes a run goes through this module: the trainers,
-`deploy/` and the tools, and `keras_vit.load_weights(model, RUN)`.
+`deploy/` and the tools, and `keras_vit.load_weights(model, RUN)` (through
+`keras_vit.checkpoint.source`). It is paths and file I/O: it imports no model
+(`read_model` gets the model class from Keras' registry of serialisable
+classes, by the name keras_vit registers it under). Every problem with a run
+directory is a `RunDirectoryError`.
 
 Paths may be local or any filesystem `tf.io.gfile` knows (`gs://...`): a path
 with a scheme is handled by TensorFlow, imported only then, so `keras_vit`
@@ -37,6 +41,9 @@ LEARNING_CURVE = "learning_curve.png"
 METRICS = "metrics.json"
 WEIGHTS = "model.weights.h5"
 MODEL_CONFIG = "model_config.json"
+# The model a run exports, by its name in Keras' registry of serialisable classes
+# (`keras_vit.VisionTransformer`'s `register_keras_serializable`).
+MODEL_CLASS = "keras_vit>VisionTransformer"
 
 
 class RunDirectoryError(ValueError):
@@ -184,8 +191,14 @@ class RunDirectory:
             )
 
     def read_model_config(self):
+        """The exported model's config (model_config.json: the keyword arguments of
+        `keras_vit.VisionTransformer`), the one reader of that file.
+        RunDirectoryError naming what is missing or malformed."""
         self.check_model()
-        return self.read_json(self.model_config)
+        config = self.read_json(self.model_config)
+        if not isinstance(config, dict):
+            raise RunDirectoryError(f"{self.model_config}: not a model config (a JSON object)")
+        return config
 
     def write_model(self, model):
         """RUN/model.weights.h5 (weights only, no optimizer state) and
@@ -203,10 +216,15 @@ class RunDirectory:
 
     def read_model(self, model_class=None):
         """The exported model, rebuilt from model_config.json with its weights.
-        `model_class`: the class to rebuild (default `keras_vit.VisionTransformer`)."""
+        `model_class`: the class to rebuild (default: the one Keras has registered
+        as `MODEL_CLASS`, `keras_vit.VisionTransformer`)."""
         config = self.read_model_config()
         if model_class is None:
-            from keras_vit.vision_transformer import VisionTransformer as model_class
+            import keras
+
+            model_class = keras.saving.get_registered_object(MODEL_CLASS)
+            if model_class is None:  # keras_vit (its __init__) registers it on import
+                raise RunDirectoryError(f"{MODEL_CLASS} is not registered: import keras_vit")
         try:
             model = model_class.from_config(config)
         except (TypeError, ValueError, KeyError) as e:

@@ -1,43 +1,53 @@
 """The Vision Transformer (Dosovitskiy et al., ICLR 2021) as a Keras model.
 
-Construction is one code path with a pure core. `VisionTransformer.__init__`
+Construction builds; loading is a separate step. `VisionTransformer.__init__`
 (1) normalises its arguments, keras.applications' (`input_shape`,
-`input_tensor`, `classes`, ...) included; (2) only when `weights` is given,
-hands them to `keras_vit.factory.resolve_weights`, the one function where
-`weights=` is resolved (file, registry download) and the checkpoint's defaults
-are filled in; (3) builds the graph with `_build`, which reads nothing but its
-arguments; (4) assigns the opened weights (`factory.load`). With `weights=None`
-(and so in `from_config`, which never passes weights) no file and no network is
-touched. The named builders (`ViT_B16(...)`, `HybridViT`, `build_model`) are
-`VisionTransformer(...)` calls, so they take the same path.
+`input_tensor`, `classes`, ...) included (`_normalised`); (2) fills the defaults
+of what nothing gave (`_defaults`); (3) builds the graph with `_build`, which
+reads nothing but its arguments. It reads no file and no network, and neither
+does `from_config`. Weights come after construction: `keras_vit.from_weights`
+and the named builders (`ViT_B16(weights=...)`, `HybridViT`, `build_model`,
+keras_vit.factory) open the checkpoint, build the model with what it records
+(`given_arguments` says what the caller left open), then load it
+(`keras_vit.checkpoint.loader`). This module imports neither: imports go
+factory -> vision_transformer, factory -> checkpoint. That is why the entry point
+is the function `keras_vit.from_weights` rather than a classmethod here, and why
+`weights` is refused rather than loaded (it keeps its place among the positional
+arguments, so that `name`, `dtype`, ... keep theirs).
 
-Why not a classmethod factory returning the model, or `__new__`: Keras'
-`Operation.__new__` records constructor arguments and Functional models are
-built in `__init__`; a constructor that returns another object would break
-subclassing and `from_config`. Resolving the arguments, then calling a pure
-`_build` from `__init__`, keeps `VisionTransformer(weights=...)` an ordinary
-Keras constructor.
-
-Imports go one way: this module -> `keras_vit.factory` ->
-`keras_vit.checkpoint.loader`; the loader never imports this module (it is
-given the class where it rebuilds a source model from a config).
-
-`representation_size` and `pooling` default to `factory.NOT_GIVEN` rather than
-None because None is one of their values (no pre_logits; the patch-token map);
-"not given" lets the checkpoint (representation_size) or the model's own
+`representation_size` and `pooling` default to `NOT_GIVEN` rather than None
+because None is one of their values (no pre_logits; the patch-token map); "not
+given" lets the checkpoint (representation_size) or the model's own
 representation (pooling) decide. The marker never reaches a config.
 """
 
+import inspect
 import numbers
 import weakref
 
 import keras
 
-from keras_vit import factory
 from keras_vit import layers as vit_layers
-from keras_vit.factory import NOT_GIVEN
+from keras_vit.families import FAMILY_DEFAULTS
 from keras_vit.layers.patch_embedding import PatchTokenMap, to_pair
 from keras_vit.layers.resnet import resnet_layers, resnet_spec
+
+
+class _NotGiven:
+    """The default of an argument whose None is a value of its own (e.g.
+    `representation_size=None`: no pre_logits layer), so that "not given" (follow
+    the checkpoint, or the model's own default) can be told apart from None."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<not given>"
+
+    def __reduce__(self):  # copies and pickles stay the singleton
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN = _NotGiven()
 
 # Attention models by ViT, outside Keras' attribute tracking (they share its layers).
 _ATTENTION_MODELS = weakref.WeakKeyDictionary()
@@ -64,8 +74,8 @@ class VisionTransformer(keras.Model):
         image_size: int or (height, width), multiples of the patch size: the
             resolution of the input and of the position embeddings (for a model of
             any resolution, `input_shape=(None, None, C)`, that of its position
-            embeddings alone). None: `input_shape`'s, else the checkpoint's
-            resolution when `weights` are given, else 224.
+            embeddings alone). None: `input_shape`'s, else (built by
+            `keras_vit.from_weights`) the checkpoint's resolution, else 224.
         patch_size: patch side P (on the ResNet feature map for hybrids).
         hidden_size, mlp_dim, num_heads, num_layers: Transformer sizes.
         classifier: the architecture: 'token' (class token) or 'gap' (no class
@@ -80,9 +90,10 @@ class VisionTransformer(keras.Model):
             `include_top=False` and `pooling` not given, pre_logits stays: the
             output is what feeds the head).
         dropout_rate, attention_dropout_rate: dropout rates.
-        weights: None, a registry name ('imagenet21k', ... see
-            `keras_vit.checkpoint.registry`), or a path to an official `.npz`,
-            a `.keras` or a `.weights.h5` file (see `keras_vit.factory`).
+        weights: must be None: construction reads no weights. Build and load
+            with `keras_vit.from_weights(weights, **arguments)` or a named
+            builder (`keras_vit.ViT_B16(weights=...)`, `keras_vit.build_model`);
+            where this text says "the checkpoint's", it is what they fill in.
         name: the model's name.
         dtype: a dtype policy for every layer (e.g. 'mixed_bfloat16'); the head
             and `classifier_activation` compute in float32.
@@ -94,6 +105,18 @@ class VisionTransformer(keras.Model):
             patch_size works.
         stochastic_depth_rate: stochastic depth of the last encoder block, rising
             linearly from 0 at the first (AugReg, DeiT); training only.
+
+    Where the families of published ViTs compute differently, an option says
+    which (keyword only; None: the checkpoint's, else the official model's):
+        approximate_gelu: the MLPs' GELU: the tanh form (True, the authors'
+            code) or the exact erf form (False: timm's, transformers').
+        layer_norm_epsilon: every LayerNorm's epsilon: 1e-6 (the authors',
+            timm's), transformers' `layer_norm_eps` (1e-12 by default).
+        fc_norm: the final LayerNorm after pooling instead of before it (timm's
+            `fc_norm`, its default for average-pooled models): the weights
+            'fc_norm' instead of 'Transformer/encoder_norm'. Every pooled output
+            (the representation, `pooling` 'token', 'avg', 'max') goes through
+            it, the `pooling=None` map is the blocks' output, as timm's.
 
     keras.applications' arguments (keyword only), with its meanings:
         input_shape: (height, width, channels): the resolution (as
@@ -124,8 +147,8 @@ class VisionTransformer(keras.Model):
             Unlike keras.applications, where pooling=None (the default) gives
             the last feature map, here the default gives the representation
             vector, as before this argument existed, and None must be passed
-            for the map. (`model.pooling` is `keras_vit.factory.NOT_GIVEN`
-            then, and `get_config` has no 'pooling'.)
+            for the map. (`model.pooling` is `NOT_GIVEN` then, and
+            `get_config` has no 'pooling'.)
         classes: an alias of `num_classes` (both given must agree).
         classifier_activation: None (logits, the default) or a Keras activation
             ('softmax', ...) applied to the head's output in float32.
@@ -139,7 +162,8 @@ class VisionTransformer(keras.Model):
     any resolution). Exports (SavedModel, TFLite, ONNX) need a fixed size.
 
     Raises:
-        TypeError: an unknown keyword argument (named in the message).
+        TypeError: an unknown keyword argument (named in the message), or
+            `weights` (see above).
         ValueError: contradictory or invalid arguments (both values named).
     """
 
@@ -163,6 +187,9 @@ class VisionTransformer(keras.Model):
         resnet=None,
         stochastic_depth_rate=0.0,
         *,
+        approximate_gelu=None,
+        layer_norm_epsilon=None,
+        fc_norm=None,
         input_shape=None,
         input_tensor=None,
         pooling=NOT_GIVEN,
@@ -171,6 +198,12 @@ class VisionTransformer(keras.Model):
         channels=None,
         trainable=True,
     ):
+        if weights is not None:
+            raise TypeError(
+                "VisionTransformer(weights=...) does not load weights: build and load with "
+                "keras_vit.from_weights(weights, **arguments), or a builder such as "
+                "keras_vit.ViT_B16(weights=...) or keras_vit.build_model(spec, weights=...)."
+            )
         arguments = dict(
             image_size=image_size,
             patch_size=patch_size,
@@ -186,22 +219,42 @@ class VisionTransformer(keras.Model):
             attention_dropout_rate=attention_dropout_rate,
             name=name,
             dtype=dtype,
-            resnet=resnet_spec(resnet),
+            resnet=resnet,
             stochastic_depth_rate=stochastic_depth_rate,
+            approximate_gelu=approximate_gelu,
+            layer_norm_epsilon=layer_norm_epsilon,
+            fc_norm=fc_norm,
+            input_shape=input_shape,
             input_tensor=input_tensor,
             pooling=pooling,
+            classes=classes,
             classifier_activation=classifier_activation,
             channels=channels,
             trainable=trainable,
         )
-        arguments.update(_input_arguments(image_size, channels, input_shape, input_tensor))
-        arguments["num_classes"] = _alias("num_classes", num_classes, "classes", classes)
-        source = None
-        if weights is not None:
-            arguments, source = factory.resolve_weights(weights, arguments, type(self))
-        self._build(**_defaults(arguments))
-        if source is not None:
-            factory.load(self, source)
+        self._build(**_defaults(_normalised(arguments)))
+
+    @classmethod
+    def given_arguments(cls, **kwargs):
+        """The arguments `cls(**kwargs)` builds from, before defaults fill what
+        nothing gave: what a checkpoint may still fill (`keras_vit.from_weights`).
+
+        Returns:
+            dict of every constructor argument but `weights`, `input_shape` and
+            `classes`, which are folded into image_size, channels, num_classes
+            and `dynamic_size`; the declared defaults where not given (None for
+            image_size, channels, classifier, num_classes and the family options
+            `keras_vit.families` when nothing says them; `NOT_GIVEN` for
+            representation_size and pooling); `resnet` normalised.
+        Raises:
+            TypeError: an unknown keyword argument (named).
+            ValueError: contradictory or invalid arguments, as the constructor.
+        """
+        bound = inspect.signature(cls.__init__).bind(None, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        del arguments["self"], arguments["weights"]
+        return _normalised(arguments)
 
     def _build(
         self,
@@ -220,6 +273,9 @@ class VisionTransformer(keras.Model):
         dropout_rate,
         attention_dropout_rate,
         stochastic_depth_rate,
+        approximate_gelu,
+        layer_norm_epsilon,
+        fc_norm,
         resnet,
         pooling,
         classifier_activation,
@@ -255,12 +311,22 @@ class VisionTransformer(keras.Model):
             dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
             stochastic_depth_rate=stochastic_depth_rate,
+            layer_norm_epsilon=layer_norm_epsilon,
+            approximate_gelu=approximate_gelu,
+            final_norm=not fc_norm,
             name="Transformer",
             dtype=dtype,
         )
         x = encoder(_on_grid(x, patch_map))
+        after_pooling = (
+            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="fc_norm", dtype=dtype)
+            if fc_norm
+            else None
+        )
         if include_top or pooling is NOT_GIVEN:
             x = vit_layers.TokenPooling(classifier, name="pool", dtype=dtype)(x)
+            if after_pooling is not None:
+                x = after_pooling(x)
             if representation_size:
                 x = keras.layers.Dense(
                     representation_size,
@@ -271,6 +337,8 @@ class VisionTransformer(keras.Model):
                 )(x)
         else:
             x = _pooled(x, pooling, classifier, grid_size, patch_map, dtype)
+            if after_pooling is not None and pooling is not None:
+                x = after_pooling(x)
         if include_top:  # logits (and their activation) in float32 under mixed precision
             x = keras.layers.Dense(
                 num_classes, kernel_initializer="zeros", name="head", dtype=_float32_outputs(dtype)
@@ -299,6 +367,9 @@ class VisionTransformer(keras.Model):
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.stochastic_depth_rate = float(stochastic_depth_rate)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.fc_norm = bool(fc_norm)
         self.resnet = resnet
         self._dtype_arg = dtype
         # Layers before `input_tensor` are part of this model but not of its config.
@@ -369,6 +440,7 @@ class VisionTransformer(keras.Model):
                 LayerNorm (`encoder_norm`), as the model's own outputs do: then
                 the last block's map is the `pooling=None` output. False (the
                 default, as timm): the blocks' raw outputs (the residual stream).
+                An `fc_norm` model's encoder has no final LayerNorm: no change.
             name: the model's name; default f"{self.name}_features".
         Returns:
             A `keras.Model` from images (batch, height, width, channels) in [-1,
@@ -410,7 +482,7 @@ class VisionTransformer(keras.Model):
                         name=f"block{k}_map",
                         dtype=self._dtype_arg,
                     )
-                    y = encoder.encoder_norm(x) if norm else x
+                    y = encoder.encoder_norm(x) if norm and encoder.encoder_norm else x
                     outputs[f"block{k}"] = to_map(_on_grid(y, patch_map))
         return images, outputs
 
@@ -486,6 +558,9 @@ class VisionTransformer(keras.Model):
             "dropout_rate": self.dropout_rate,
             "attention_dropout_rate": self.attention_dropout_rate,
             "stochastic_depth_rate": self.stochastic_depth_rate,
+            "approximate_gelu": self.approximate_gelu,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "fc_norm": self.fc_norm,
         }
         if self.pooling is not NOT_GIVEN:  # not given: the key is absent
             config["pooling"] = self.pooling
@@ -567,6 +642,18 @@ def _input_arguments(image_size, channels, input_shape, input_tensor):
     return {"image_size": size, "channels": int(depth), "dynamic_size": False}
 
 
+def _normalised(arguments):
+    """The constructor's arguments (a dict) with keras.applications' folded in:
+    `input_shape` / `input_tensor` into image_size, channels and dynamic_size
+    (`_input_arguments`), `classes` into num_classes; `resnet` normalised."""
+    a = dict(arguments)
+    input_shape, classes = a.pop("input_shape"), a.pop("classes")
+    a["resnet"] = resnet_spec(a["resnet"])
+    a.update(_input_arguments(a["image_size"], a["channels"], input_shape, a["input_tensor"]))
+    a["num_classes"] = _alias("num_classes", a["num_classes"], "classes", classes)
+    return a
+
+
 def _alias(name, value, alias, alias_value):
     """`value`, or `alias_value` where only that is given; both: they must agree."""
     if value is not None and alias_value is not None and value != alias_value:
@@ -588,6 +675,14 @@ def _defaults(arguments):
         a["representation_size"] = None
     if a["num_classes"] is None:
         a["num_classes"] = 1000
+    for key, default in FAMILY_DEFAULTS.items():
+        if a[key] is None:
+            a[key] = default
+        elif key != "layer_norm_epsilon" and not isinstance(a[key], bool):
+            raise ValueError(f"{key} must be True or False, got {a[key]!r}.")
+    epsilon = a["layer_norm_epsilon"]
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not epsilon > 0:
+        raise ValueError(f"layer_norm_epsilon must be a positive number, got {epsilon!r}.")
     num_classes = a["num_classes"]
     if not isinstance(num_classes, numbers.Integral) or isinstance(num_classes, bool):
         raise ValueError(f"num_classes (or classes) must be an int, got {num_classes!r}.")

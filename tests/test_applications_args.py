@@ -262,9 +262,9 @@ def rgb_ckpt(tmp_path):
 
 def test_grey_model_from_rgb_weights_matches_repeated_grey(rgb_ckpt, rng, caplog):
     path, params = rgb_ckpt
-    rgb = keras_vit.VisionTransformer(**SMALL, weights=path)
+    rgb = keras_vit.from_weights(path, **SMALL)
     with caplog.at_level("INFO", logger="keras_vit"):
-        grey = keras_vit.VisionTransformer(**SMALL, weights=path, input_shape=(32, 32, 1))
+        grey = keras_vit.from_weights(path, **SMALL, input_shape=(32, 32, 1))
     adapted = [r.getMessage() for r in caplog.records if "adapted to" in r.getMessage()]
     assert len(adapted) == 1, adapted  # one log line says so
     assert (
@@ -282,7 +282,7 @@ def test_grey_model_from_rgb_weights_matches_repeated_grey(rgb_ckpt, rng, caplog
 def test_rgb_weights_into_four_channels(rgb_ckpt, caplog):
     path, params = rgb_ckpt
     with caplog.at_level("INFO", logger="keras_vit"):
-        model = keras_vit.VisionTransformer(**SMALL, weights=path, input_shape=(32, 32, 4))
+        model = keras_vit.from_weights(path, **SMALL, input_shape=(32, 32, 4))
     assert "adapted to 4 input channels (repeated and scaled by 3/4)" in caplog.text
     kernel = params["embedding/kernel"]
     expected = np.concatenate([kernel, kernel[:, :, :1]], axis=2) * 0.75
@@ -308,20 +308,20 @@ def test_other_channel_checkpoints_are_refused(tmp_path):
     path = tmp_path / "two.npz"
     np.savez(path, **params)
     # Not given, the channels follow the checkpoint; another count is refused.
-    assert keras_vit.VisionTransformer(**SMALL, weights=str(path)).channels == 2
+    assert keras_vit.from_weights(str(path), **SMALL).channels == 2
     with pytest.raises(
         CheckpointError,
         match=r"first mismatched key 'embedding/kernel': "
         r"checkpoint shape \(8, 8, 2, 16\) vs model shape \(8, 8, 4, 16\)",
     ):
-        keras_vit.VisionTransformer(**SMALL, weights=str(path), input_shape=(32, 32, 4))
+        keras_vit.from_weights(str(path), **SMALL, input_shape=(32, 32, 4))
 
 
 def test_channels_follow_a_keras_file(tmp_path):
     grey = small(input_shape=(32, 32, 1), num_classes=3)
     path = str(tmp_path / "grey.keras")
     grey.save(path)
-    assert keras_vit.VisionTransformer(**SMALL, weights=path).channels == 1
+    assert keras_vit.from_weights(path, **SMALL).channels == 1
 
 
 def test_hybrid_stem_from_rgb_weights(tmp_path, caplog):
@@ -331,14 +331,14 @@ def test_hybrid_stem_from_rgb_weights(tmp_path, caplog):
     path = tmp_path / "hybrid.npz"
     np.savez(path, **params)
     with caplog.at_level("INFO", logger="keras_vit"):
-        model = keras_vit.VisionTransformer(
+        model = keras_vit.from_weights(
+            str(path),
             resnet=(),
             patch_size=2,
             hidden_size=16,
             mlp_dim=32,
             num_heads=2,
             num_layers=1,
-            weights=str(path),
             input_shape=(16, 16, 1),
         )
     assert "'conv_root/kernel'" in caplog.text

@@ -18,8 +18,8 @@ from numpy_resnet import random_hybrid_params
 from numpy_vit import random_params, vit_forward
 
 import keras_vit
-from keras_vit import variants
-from keras_vit.checkpoint import augreg, loader, registry
+from keras_vit import checkpoint, variants
+from keras_vit.checkpoint import augreg, registry
 from keras_vit.layers.resnet import resnet_spec
 
 I21K, I1K = 21843, 1000
@@ -208,7 +208,7 @@ def test_model_follows_the_file(
         seed=3,
     )
     fetched = served(params)
-    model = keras_vit.VisionTransformer(**TINY, weights=weights)
+    model = keras_vit.from_weights(weights, **TINY)
     assert fetched == [url]
     size = grid * 16
     assert model.image_size == (size, size) and model.num_classes == classes
@@ -224,7 +224,7 @@ def test_model_follows_the_file(
 def test_the_file_wins_over_its_name(tiny_ti16, served, caplog):
     served(random_params(**TINY_NP, grid=(14, 14), num_classes=10, seed=4))
     with caplog.at_level("INFO", logger="keras_vit"):
-        model = keras_vit.VisionTransformer(**TINY, weights=f"augreg:{FINE_TUNE}")
+        model = keras_vit.from_weights(f"augreg:{FINE_TUNE}", **TINY)
     assert model.image_size == (224, 224) and model.num_classes == 10
     assert "the file has image_size 224 where its name says 384" in caplog.text
     assert "the file has num_classes 10 where its name says 1000" in caplog.text
@@ -238,8 +238,8 @@ def test_a_hybrid_name_gives_the_resnet_stride(monkeypatch, served):
         resnet=(), patch=8, hidden=16, mlp=32, heads=2, layers=1, grid=(7, 7), num_classes=5
     )
     served(params)
-    arch = loader.architecture(8, 16, 32, 2, 1, spec)
-    source = loader.open_source(f"augreg:R_Ti_16-{UPSTREAM.split('-', 1)[1]}", arch)
+    arch = checkpoint.source.architecture(8, 16, 32, 2, 1, spec)
+    source = checkpoint.open_source(f"augreg:R_Ti_16-{UPSTREAM.split('-', 1)[1]}", arch)
     # 7x7 grid x patch 8 x the stem's stride 4.
     assert source.metadata["image_size"] == 224 and source.metadata["num_classes"] == 5
 
@@ -253,10 +253,10 @@ def test_another_architecture_is_refused_before_any_download(tiny_ti16, served):
             match=r"is a ViT_S16 checkpoint \(AugReg model 'S_16'\); this model is "
             r"ViT_Ti16: build it with keras_vit.build_model\('ViT_S16'",
         ):
-            keras_vit.VisionTransformer(**TINY, weights=weights)
+            keras_vit.from_weights(weights, **TINY)
     with keras.StatelessScope(initialize_variables=False):
         with pytest.raises(ValueError, match="this model is of another architecture"):
-            keras_vit.VisionTransformer(**{**TINY, "num_layers": 2}, weights=f"augreg:{other}")
+            keras_vit.from_weights(f"augreg:{other}", **{**TINY, "num_layers": 2})
     assert fetched == []
 
 
@@ -280,7 +280,8 @@ def test_an_augreg_name_in_the_cache_needs_no_network(tiny_ti16, tmp_path, monke
     folder = tmp_path / "cache" / "keras_vit" / "augreg"
     folder.mkdir(parents=True)
     np.savez(folder / f"{UPSTREAM}.npz", **random_params(**TINY_NP, grid=(14, 14), num_classes=3))
-    source = loader.open_source(f"augreg:{UPSTREAM}", loader.architecture(16, 16, 32, 2, 1))
+    arch = checkpoint.source.architecture(16, 16, 32, 2, 1)
+    source = checkpoint.open_source(f"augreg:{UPSTREAM}", arch)
     assert source.origin == str(folder / f"{UPSTREAM}.npz")
     assert source.metadata["num_classes"] == 3 and source.metadata["image_size"] == 224
 

@@ -148,13 +148,13 @@ def test_plain_model_at_any_size_equals_a_model_built_at_that_size(checkpoints, 
     """One model, `predict` on two sizes: the first traces with the sizes known, the
     second (TensorFlow relaxes the traced shapes) with them unknown."""
     (params, path), _ = checkpoints
-    model = keras_vit.VisionTransformer(**PLAIN_KW, weights=path, input_shape=ANY_SIZE)
+    model = keras_vit.from_weights(**PLAIN_KW, weights=path, input_shape=ANY_SIZE)
     assert model.dynamic_size and model.input_shape == (None, None, None, 3)
     assert model.image_size == (16, 16) and model.grid_size == (4, 4)  # the embeddings'
     for seed, size in enumerate((TALL, WIDE)):
         x = _images(seed, size)
         logits = _predict(model, x, jit_compile)
-        built = keras_vit.VisionTransformer(**PLAIN_KW, weights=path, image_size=size)
+        built = keras_vit.from_weights(**PLAIN_KW, weights=path, image_size=size)
         np.testing.assert_allclose(logits, built(x), atol=ATOL, rtol=0, err_msg=str(size))
         expected = vit_forward(params, x, num_layers=2)
         np.testing.assert_allclose(logits, expected, atol=ATOL, rtol=0, err_msg=str(size))
@@ -163,8 +163,8 @@ def test_plain_model_at_any_size_equals_a_model_built_at_that_size(checkpoints, 
 def test_at_its_own_size_a_model_of_any_size_is_the_fixed_model(checkpoints):
     (_, path), (_, hybrid_path) = checkpoints
     for kw, weights, size in ((PLAIN_KW, path, (16, 16)), (HYBRID_KW, hybrid_path, (32, 32))):
-        model = keras_vit.VisionTransformer(**kw, weights=weights, input_shape=ANY_SIZE)
-        fixed = keras_vit.VisionTransformer(**kw, weights=weights)
+        model = keras_vit.from_weights(**kw, weights=weights, input_shape=ANY_SIZE)
+        fixed = keras_vit.from_weights(**kw, weights=weights)
         assert fixed.image_size == model.image_size == size
         x = _images(4, size)
         np.testing.assert_array_equal(model(x), fixed(x))  # no resize: the same operations
@@ -172,12 +172,12 @@ def test_at_its_own_size_a_model_of_any_size_is_the_fixed_model(checkpoints):
 
 def test_hybrid_at_any_size_equals_a_model_built_at_that_size(checkpoints, jit_compile):
     _, (params, path) = checkpoints
-    model = keras_vit.VisionTransformer(**HYBRID_KW, weights=path, input_shape=ANY_SIZE)
+    model = keras_vit.from_weights(**HYBRID_KW, weights=path, input_shape=ANY_SIZE)
     size = ODD
     assert model.image_size == (32, 32) and model.token_grid(size) == (5, 4)
     x = _images(1, size)
     logits = _predict(model, x, jit_compile)
-    built = keras_vit.VisionTransformer(**HYBRID_KW, weights=path, image_size=size)
+    built = keras_vit.from_weights(**HYBRID_KW, weights=path, image_size=size)
     assert built.grid_size == (5, 4)
     np.testing.assert_allclose(logits, built(x), atol=ATOL, rtol=0)
     expected = hybrid_forward(params, x, num_layers=(), vit_layers=2)
@@ -191,11 +191,11 @@ def test_gap_feature_map_and_blocks_at_any_size(tmp_path):
     path = str(tmp_path / "gap.npz")
     np.savez(path, **params)
     kw = dict(PLAIN_KW, classifier="gap", weights=path, include_top=False, pooling=None)
-    model = keras_vit.VisionTransformer(**kw, input_shape=ANY_SIZE)
+    model = keras_vit.from_weights(**kw, input_shape=ANY_SIZE)
     assert model.output.shape == (None, None, None, 32)
     features = model.feature_extractor(blocks=(1, 2), norm=True)
     x = _images(3, TALL)
-    built = keras_vit.VisionTransformer(**kw, image_size=TALL)
+    built = keras_vit.from_weights(**kw, image_size=TALL)
     got, want = model(x), built(x)
     assert got.shape == (2, 6, 3, 32)
     np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
@@ -215,7 +215,7 @@ def test_a_fixed_size_model_keeps_its_graph():
 
 def test_keras_file_of_a_model_of_any_size(checkpoints, tmp_path):
     (_, npz), _ = checkpoints
-    model = keras_vit.VisionTransformer(**PLAIN_KW, weights=npz, input_shape=ANY_SIZE)
+    model = keras_vit.from_weights(**PLAIN_KW, weights=npz, input_shape=ANY_SIZE)
     path = str(tmp_path / "any.keras")
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
@@ -227,7 +227,7 @@ def test_keras_file_of_a_model_of_any_size(checkpoints, tmp_path):
         np.testing.assert_array_equal(loaded(x), model(x))
     # ... and as the weights of a model built at a size: the same logits.
     size = WIDE
-    fixed = keras_vit.VisionTransformer(**PLAIN_KW, weights=path, image_size=size)
+    fixed = keras_vit.from_weights(**PLAIN_KW, weights=path, image_size=size)
     x = _images(5, size)
     np.testing.assert_allclose(fixed(x), model(x), atol=ATOL, rtol=0)
 
@@ -236,9 +236,9 @@ def test_attention_and_inspection_of_a_model_of_any_size(checkpoints):
     """`attention_model` and the inspection functions on images of a size the model was
     not built at: the weights of a model built at that size; the grid is the images'."""
     (_, path), _ = checkpoints
-    model = keras_vit.VisionTransformer(**PLAIN_KW, weights=path, input_shape=ANY_SIZE)
+    model = keras_vit.from_weights(**PLAIN_KW, weights=path, input_shape=ANY_SIZE)
     size, grid = TALL, (6, 3)
-    built = keras_vit.VisionTransformer(**PLAIN_KW, weights=path, image_size=size)
+    built = keras_vit.from_weights(**PLAIN_KW, weights=path, image_size=size)
     x = _images(7, size)
     weights = [keras.ops.convert_to_numpy(w) for w in model.attention_model()(x)]
     expected = [keras.ops.convert_to_numpy(w) for w in built.attention_model()(x)]
@@ -278,8 +278,8 @@ assert keras.backend.backend() == "jax", keras.backend.backend()
 plain_path, hybrid_path, images, out = sys.argv[1:5]
 images = np.load(images)
 any_size = (None, None, 3)
-plain = keras_vit.VisionTransformer(weights=plain_path, input_shape=any_size, **{plain!r})
-hybrid = keras_vit.VisionTransformer(weights=hybrid_path, input_shape=any_size, **{hybrid!r})
+plain = keras_vit.from_weights(weights=plain_path, input_shape=any_size, **{plain!r})
+hybrid = keras_vit.from_weights(weights=hybrid_path, input_shape=any_size, **{hybrid!r})
 features = plain.feature_extractor(blocks=(1, 2), norm=True)
 results = {{}}
 for key in images.files:
@@ -318,9 +318,9 @@ def test_jax_backend_at_any_size(checkpoints, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     jax_out = np.load(tmp_path / "jax.npz")
 
-    plain = keras_vit.VisionTransformer(**PLAIN_KW, weights=plain_path, input_shape=ANY_SIZE)
+    plain = keras_vit.from_weights(**PLAIN_KW, weights=plain_path, input_shape=ANY_SIZE)
     features = plain.feature_extractor(blocks=(1, 2), norm=True)
-    hybrid = keras_vit.VisionTransformer(**HYBRID_KW, weights=hybrid_path, input_shape=ANY_SIZE)
+    hybrid = keras_vit.from_weights(**HYBRID_KW, weights=hybrid_path, input_shape=ANY_SIZE)
     for key, x in images.items():
         if key.startswith("plain"):
             expected, atol, model = vit_forward(plain_params, x, num_layers=2), ATOL, plain

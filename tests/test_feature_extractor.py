@@ -67,7 +67,7 @@ def numpy_block_maps(params, images, blocks, classifier="token"):
 def test_block_maps_are_what_the_model_computes(tmp_path, classifier):
     _, path = _checkpoint(tmp_path, classifier)
     kw = dict(SMALL_KW, classifier=classifier, image_size=IMAGE, weights=path)
-    model = keras_vit.VisionTransformer(**kw)
+    model = keras_vit.from_weights(**kw)
     features = model.feature_extractor(blocks=(1, -1, 3))  # -1 is block 3: once
     assert features.name == "vit_features"
     assert list(features.output) == ["block1", "block3"]
@@ -82,7 +82,7 @@ def test_block_maps_are_what_the_model_computes(tmp_path, classifier):
         want = keras.ops.convert_to_numpy(hidden[k])[:, prefix:].reshape(2, *GRID, 32)
         np.testing.assert_array_equal(maps[f"block{k}"], want)
     # Through the final LayerNorm, the last block's map is the pooling=None output.
-    headless = keras_vit.VisionTransformer(**kw, include_top=False, pooling=None)
+    headless = keras_vit.from_weights(**kw, include_top=False, pooling=None)
     last = model.feature_extractor(norm=True)  # blocks=(-1,): the last
     np.testing.assert_array_equal(
         keras.ops.convert_to_numpy(last(x)["block3"]), keras.ops.convert_to_numpy(headless(x))
@@ -91,7 +91,7 @@ def test_block_maps_are_what_the_model_computes(tmp_path, classifier):
 
 def test_normalised_block_maps_match_numpy(tmp_path):
     params, path = _checkpoint(tmp_path, seed=2)
-    model = keras_vit.VisionTransformer(**SMALL_KW, image_size=IMAGE, weights=path)
+    model = keras_vit.from_weights(**SMALL_KW, image_size=IMAGE, weights=path)
     x = _images(2)
     maps = _numpy(model.feature_extractor(blocks=(1, 2, 3), norm=True)(x))
     expected = numpy_block_maps(params, x, (1, 2, 3))
@@ -109,7 +109,7 @@ def test_hybrid_stages_and_blocks_from_one_call(tmp_path):
     path = str(tmp_path / "hybrid.npz")
     np.savez(path, **params)
     kw = dict(resnet=(1,), patch_size=2, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2)
-    model = keras_vit.VisionTransformer(**kw, weights=path)
+    model = keras_vit.from_weights(**kw, weights=path)
     assert model.image_size == (32, 32)  # grid 4 x patch 2 x the stem's stride 4
     features = model.feature_extractor(blocks=(-1,), stages=True, norm=True)
     x = _images(3, (32, 32))
@@ -122,7 +122,7 @@ def test_hybrid_stages_and_blocks_from_one_call(tmp_path):
     stem, stage1 = resnet_forward(params, x, (1,), return_stages=True)
     np.testing.assert_allclose(maps["stem"], stem, atol=HYBRID_ATOL, rtol=0)
     np.testing.assert_allclose(maps["stage1"], stage1, atol=HYBRID_ATOL, rtol=0)
-    headless = keras_vit.VisionTransformer(**kw, weights=path, include_top=False, pooling=None)
+    headless = keras_vit.from_weights(**kw, weights=path, include_top=False, pooling=None)
     np.testing.assert_array_equal(maps["block2"], keras.ops.convert_to_numpy(headless(x)))
     assert list(model.feature_extractor(blocks=(), stages=(0, -1)).output) == ["stem", "stage1"]
     # The alias: the same maps in its own forms (a list; the last map alone).

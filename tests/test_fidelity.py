@@ -72,7 +72,7 @@ SMALL_KW = dict(patch_size=8, hidden_size=48, mlp_dim=96, num_heads=4, num_layer
 
 def test_pre_logits_model(tmp_path, rng, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=11, representation_size=48, seed=3)
-    model = keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, params))
+    model = keras_vit.from_weights(_save(tmp_path, params), **SMALL_KW)
     assert model.representation_size == 48 and model.num_classes == 11
     x = _images(rng, 3, 32, 32)
     np.testing.assert_allclose(
@@ -82,8 +82,8 @@ def test_pre_logits_model(tmp_path, rng, jit_compile):
 
 def test_gap_model(tmp_path, rng, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=6, classifier="gap", seed=4)
-    model = keras_vit.VisionTransformer(
-        **SMALL_KW, classifier="gap", num_classes=6, weights=_save(tmp_path, params)
+    model = keras_vit.from_weights(
+        _save(tmp_path, params), **SMALL_KW, classifier="gap", num_classes=6
     )
     x = _images(rng, 3, 32, 32)
     np.testing.assert_allclose(
@@ -96,8 +96,8 @@ def test_gap_model(tmp_path, rng, jit_compile):
 
 def test_gap_model_resized_and_non_square(tmp_path, rng, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=6, classifier="gap", seed=5)
-    model = keras_vit.VisionTransformer(
-        **SMALL_KW, classifier="gap", image_size=(48, 40), weights=_save(tmp_path, params)
+    model = keras_vit.from_weights(
+        _save(tmp_path, params), **SMALL_KW, classifier="gap", image_size=(48, 40)
     )
     assert model.grid_size == (6, 5)
     x = _images(rng, 2, 48, 40)
@@ -111,9 +111,7 @@ def test_gap_model_resized_and_non_square(tmp_path, rng, jit_compile):
 
 def test_non_square_token_model(tmp_path, rng, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=4, seed=6)
-    model = keras_vit.VisionTransformer(
-        **SMALL_KW, image_size=(24, 56), weights=_save(tmp_path, params)
-    )
+    model = keras_vit.from_weights(_save(tmp_path, params), **SMALL_KW, image_size=(24, 56))
     x = _images(rng, 2, 24, 56)
     np.testing.assert_allclose(
         _predict(model, x, jit_compile), vit_forward(params, x, num_layers=3), atol=ATOL, rtol=0
@@ -124,7 +122,7 @@ def test_non_square_token_model(tmp_path, rng, jit_compile):
 def test_linen_names_and_prefixes(tmp_path, rng, prefix, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=3, seed=7)
     path = _save(tmp_path, to_linen_names(params, prefix))
-    model = keras_vit.VisionTransformer(**SMALL_KW, weights=path)
+    model = keras_vit.from_weights(path, **SMALL_KW)
     x = _images(rng, 2, 32, 32)
     np.testing.assert_allclose(
         _predict(model, x, jit_compile), vit_forward(params, x, num_layers=3), atol=ATOL, rtol=0
@@ -133,9 +131,7 @@ def test_linen_names_and_prefixes(tmp_path, rng, prefix, jit_compile):
 
 def test_include_top_false_gives_representation(tmp_path, rng, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=3, representation_size=16, seed=8)
-    model = keras_vit.VisionTransformer(
-        **SMALL_KW, include_top=False, weights=_save(tmp_path, params)
-    )
+    model = keras_vit.from_weights(_save(tmp_path, params), **SMALL_KW, include_top=False)
     x = _images(rng, 2, 32, 32)
     out = _predict(model, x, jit_compile)
     assert out.shape == (2, 16)
@@ -147,10 +143,10 @@ def test_include_top_false_gives_representation(tmp_path, rng, jit_compile):
 def test_new_num_classes_gives_zero_head_and_keeps_body(tmp_path, rng, jit_compile):
     params = random_params(**SMALL, grid=(4, 4), num_classes=3, seed=9)
     path = _save(tmp_path, params)
-    model = keras_vit.VisionTransformer(**SMALL_KW, num_classes=9, weights=path)
+    model = keras_vit.from_weights(path, **SMALL_KW, num_classes=9)
     x = _images(rng, 2, 32, 32)
     assert np.all(_predict(model, x, jit_compile) == 0)
-    features = keras_vit.VisionTransformer(**SMALL_KW, include_top=False, weights=path)
+    features = keras_vit.from_weights(path, **SMALL_KW, include_top=False)
     np.testing.assert_allclose(
         _predict(features, x, jit_compile),
         vit_forward(params, x, num_layers=3, include_head=False),

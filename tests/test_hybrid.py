@@ -57,7 +57,7 @@ def test_parameter_counts_at_224_with_1000_classes(name, expected):
 
 def test_small_hybrid_from_official_checkpoint(tmp_path, rng):
     params = _small_params(num_classes=5, representation_size=48, seed=1)
-    model = keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, params))
+    model = keras_vit.from_weights(_save(tmp_path, params), **SMALL_KW)
     # Image size inferred from the checkpoint: grid 4 x patch 2 x ResNet stride 8.
     assert model.image_size == (64, 64) and model.grid_size == (4, 4)
     assert model.num_classes == 5 and model.representation_size == 48
@@ -85,7 +85,7 @@ def test_old_group_norm_shapes_linen_names_gap_and_resize(tmp_path, rng):
     params = _small_params(num_classes=3, seed=2, old_gn=True, classifier="gap")
     assert params["block2/unit1/gn_proj/scale"].shape == (1, 1, 1, 512)
     path = _save(tmp_path, to_linen_names(params, prefix="params/"))
-    model = keras_vit.VisionTransformer(**SMALL_KW, weights=path, image_size=(96, 80))
+    model = keras_vit.from_weights(path, **SMALL_KW, image_size=(96, 80))
     assert model.classifier == "gap" and model.grid_size == (6, 5)
     x = _images(rng, 2, 96, 80)
     expected = hybrid_forward(params, x, num_layers=SMALL_RESNET, vit_layers=2, classifier="gap")
@@ -140,7 +140,7 @@ def test_registry_has_the_published_hybrids():
 
 
 def test_keras_round_trip_safe_mode(tmp_path, rng):
-    model = keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, _small_params()))
+    model = keras_vit.from_weights(_save(tmp_path, _small_params()), **SMALL_KW)
     x = _images(rng, 2, 64, 64)
     expected = _run(model, x)
     model.save(tmp_path / "hybrid.keras")
@@ -149,15 +149,13 @@ def test_keras_round_trip_safe_mode(tmp_path, rng):
     assert loaded.get_config()["resnet"] == {"num_layers": [1, 1], "width_factor": 1}
     np.testing.assert_array_equal(_run(loaded, x), expected)
     # ... and as weights= of a fresh model, through the official names.
-    again = keras_vit.VisionTransformer(**SMALL_KW, weights=str(tmp_path / "hybrid.keras"))
+    again = keras_vit.from_weights(str(tmp_path / "hybrid.keras"), **SMALL_KW)
     np.testing.assert_array_equal(_run(again, x), expected)
 
 
 def test_feature_extractor_gives_the_resnet_stages(tmp_path, rng):
     params = _small_params(seed=4)
-    model = keras_vit.VisionTransformer(
-        **SMALL_KW, weights=_save(tmp_path, params), include_top=False
-    )
+    model = keras_vit.from_weights(_save(tmp_path, params), **SMALL_KW, include_top=False)
     x = _images(rng, 2, 64, 64)
     maps = {
         key: keras.ops.convert_to_numpy(value)
@@ -187,7 +185,7 @@ def test_feature_extractor_gives_the_resnet_stages(tmp_path, rng):
 
 
 def test_attention_model_of_a_hybrid(tmp_path, rng):
-    model = keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, _small_params()))
+    model = keras_vit.from_weights(_save(tmp_path, _small_params()), **SMALL_KW)
     weights = [
         keras.ops.convert_to_numpy(w) for w in model.attention_model()(_images(rng, 1, 64, 64))
     ]
@@ -200,7 +198,7 @@ def test_plain_vit_checkpoint_into_a_hybrid_names_keys_and_shapes(tmp_path):
 
     plain = random_params(patch=2, hidden=48, mlp=96, heads=4, layers=2, grid=(4, 4), num_classes=5)
     with pytest.raises(keras_vit.CheckpointError) as info:
-        keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, plain))
+        keras_vit.from_weights(_save(tmp_path, plain), **SMALL_KW)
     message = str(info.value)
     assert (
         "'embedding/kernel': checkpoint shape (2, 2, 3, 48) vs model shape "
@@ -212,20 +210,18 @@ def test_plain_vit_checkpoint_into_a_hybrid_names_keys_and_shapes(tmp_path):
 def test_hybrid_checkpoint_of_other_stages_is_refused(tmp_path):
     params = _small_params()
     with pytest.raises(keras_vit.CheckpointError, match=r"missing keys: block2/unit2/"):
-        keras_vit.VisionTransformer(
-            **{**SMALL_KW, "resnet": (1, 2)}, weights=_save(tmp_path, params)
-        )
+        keras_vit.from_weights(_save(tmp_path, params), **{**SMALL_KW, "resnet": (1, 2)})
     with pytest.raises(
         keras_vit.CheckpointError, match=r"unexpected keys: conv_root/kernel, gn_root/scale"
     ):
-        keras_vit.VisionTransformer(
+        keras_vit.from_weights(
+            _save(tmp_path, params),
             patch_size=2,
             hidden_size=48,
             mlp_dim=96,
             num_heads=4,
             num_layers=2,
             image_size=8,
-            weights=_save(tmp_path, params),
         )
 
 
@@ -237,7 +233,7 @@ def test_bad_group_norm_shape_is_named(tmp_path):
         match=r"'block1/unit1/gn2/scale': checkpoint shape \(1, 2, 32\) vs "
         r"model shape \(64,\)",
     ):
-        keras_vit.VisionTransformer(**SMALL_KW, weights=_save(tmp_path, params))
+        keras_vit.from_weights(_save(tmp_path, params), **SMALL_KW)
 
 
 @pytest.mark.parametrize(

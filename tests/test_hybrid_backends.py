@@ -46,7 +46,7 @@ import keras_vit
 assert keras.backend.backend() == "jax", keras.backend.backend()
 ckpt, images, out = sys.argv[1:4]
 with keras.StatelessScope(initialize_variables=False) as scope:
-    model = keras_vit.VisionTransformer(weights=ckpt, **{kw!r})
+    model = keras_vit.from_weights(weights=ckpt, **{kw!r})
 unloaded = [v.path for v in model.variables if scope.get_current_value(v) is None]
 assert not unloaded, f"not in the checkpoint: {{unloaded}}"
 for variable in model.variables:
@@ -86,7 +86,7 @@ def test_jax_backend_equals_tensorflow_backend(tmp_path, rng):
         text=True,
     )
     try:
-        model = keras_vit.VisionTransformer(weights=str(ckpt), **MODEL_KW)
+        model = keras_vit.from_weights(weights=str(ckpt), **MODEL_KW)
         assert model.grid_size == (4, 4)
         tf_logits = keras.ops.convert_to_numpy(model(x, training=False))
         tf_features = keras.ops.convert_to_numpy(

@@ -169,17 +169,17 @@ def test_decode_predictions():
 
 
 def _forbid_file_access(monkeypatch):
-    """Makes every way the loader reads weights, and Python's own file opening,
-    raise: what builds under it touched no file and no network."""
-    from keras_vit.checkpoint import loader, npz, registry
+    """Makes every way the checkpoint package reads weights, and Python's own
+    file opening, raise: what builds under it touched no file and no network."""
+    from keras_vit.checkpoint import keras_files, npz, registry, source
 
     def refuse(*args, **kwargs):
         raise AssertionError(f"file or network access: {args!r}")
 
     for module, name in [
-        (loader, "open_source"),
-        (loader, "_h5_source"),
-        (loader, "_keras_source"),
+        (source, "open_source"),
+        (keras_files, "read_archive_config"),
+        (keras_files, "read_weights"),
         (npz, "read_npz"),
         (registry, "fetch"),
         (keras.utils, "get_file"),
@@ -218,33 +218,33 @@ def test_construction_without_weights_and_from_config_touch_no_file(monkeypatch)
         keras_vit.build_model("R_Ti16", num_classes=3)
 
 
-def test_weights_go_through_the_factory(monkeypatch, tmp_path):
-    """VisionTransformer(weights=...) and the builders resolve weights in
-    keras_vit.factory.resolve_weights, and only there."""
-    from keras_vit import factory
+def test_weights_go_through_the_one_entry_point(monkeypatch, tmp_path):
+    """Every way to load weights (from_weights, the builders, build_model,
+    load_weights) opens them in keras_vit.checkpoint.source.open_source, once each,
+    for the architecture asked for; the model class itself refuses weights=,
+    naming the ways, before anything is read."""
+    from keras_vit.checkpoint import source
 
     calls = []
-    real = factory.resolve_weights
+    real = source.open_source
 
-    def spy(weights, arguments, model_class):
-        calls.append((weights, arguments["hidden_size"], model_class))
-        return real(weights, arguments, model_class)
+    def spy(weights, arch=None):
+        calls.append((weights, arch["hidden_size"]))
+        return real(weights, arch)
 
-    monkeypatch.setattr(factory, "resolve_weights", spy)
-    source = tiny()
+    monkeypatch.setattr(source, "open_source", spy)
     path = str(tmp_path / "tiny.keras")
-    source.save(path)
-    tiny(weights=path)
-    keras_vit.build_model(
-        {
-            "variant": "ViT_Ti16",
-            "patch_size": 8,
-            "hidden_size": 16,
-            "mlp_dim": 32,
-            "num_heads": 2,
-            "num_layers": 2,
-        },
-        weights=path,
-    )
-    assert [(w, h) for w, h, _ in calls] == [(path, 16), (path, 16)]
-    assert all(cls is keras_vit.VisionTransformer for *_, cls in calls)
+    tiny().save(path)
+    arch = dict(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2)
+    keras_vit.from_weights(path, **arch)
+    keras_vit.ViT_Ti16(weights=path, **arch)
+    keras_vit.build_model({"variant": "ViT_Ti16", **arch}, weights=path)
+    keras_vit.load_weights(tiny(), path)
+    assert calls == [(path, 16)] * 4
+    with pytest.raises(
+        TypeError,
+        match=r"VisionTransformer\(weights=\.\.\.\) does not load weights: build and load "
+        r"with keras_vit\.from_weights\(weights, \*\*arguments\)",
+    ):
+        tiny(weights=path)
+    assert len(calls) == 4

@@ -69,8 +69,8 @@ def test_jax_backend_matches_tensorflow(tmp_path, rng):
         "import sys, numpy as np, keras, keras_vit\n"
         "assert keras.backend.backend() == 'jax'\n"
         "assert 'tensorflow' not in sys.modules, 'keras_vit imported TensorFlow'\n"
-        f"m = keras_vit.VisionTransformer(patch_size=8, hidden_size=16, mlp_dim=32, num_heads=2,"
-        f" num_layers=2, weights={str(ckpt)!r})\n"
+        f"m = keras_vit.from_weights({str(ckpt)!r}, patch_size=8, hidden_size=16, mlp_dim=32,"
+        " num_heads=2, num_layers=2)\n"
         f"x = np.load({str(tmp_path / 'x.npy')!r})\n"
         "np.save(sys.argv[1], np.asarray(m.predict(x, verbose=0)))\n"
         "w = m.attention_weights(x)\n"
@@ -86,7 +86,7 @@ def test_jax_backend_matches_tensorflow(tmp_path, rng):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    model = keras_vit.VisionTransformer(**SMALL_KW, weights=str(ckpt))
+    model = keras_vit.from_weights(str(ckpt), **SMALL_KW)
     np.testing.assert_allclose(np.load(out), model.predict(x, verbose=0), atol=1e-5, rtol=0)
     np.testing.assert_allclose(np.load(att), model.attention_weights(x)[1], atol=1e-5, rtol=0)
 

@@ -1,4 +1,7 @@
-"""Where each official checkpoint key lives in a keras_vit model."""
+"""Where each official checkpoint key lives in a keras_vit model, and in the Keras
+weights files (`save_weights`, a `.keras` archive) of one."""
+
+import collections
 
 import keras
 
@@ -9,7 +12,9 @@ def model_variables(model):
 
     Returns:
         dict name -> keras.Variable, in model order (a hybrid's ResNet, then the
-        embedding, ..., head last). Shapes are those of the checkpoint: ResNet
+        embedding, ..., head last). An `fc_norm` model has 'fc_norm/scale' and
+        'fc_norm/bias' (timm's LayerNorm after pooling) where others have
+        'Transformer/encoder_norm/...'. Shapes are those of the checkpoint: ResNet
         `conv_root/kernel` and `block{s}/unit{u}/conv*/kernel` (kh, kw, in, out),
         GroupNorm `gn*/scale` and `gn*/bias` (C,), `embedding/kernel` (P, P, C, D),
         attention `query/kernel` (D, heads, head_dim), `out/kernel`
@@ -37,7 +42,11 @@ def model_variables(model):
         names.update(_norm(prefix + "LayerNorm_2", block.norm_2))
         names.update(_dense(prefix + "MlpBlock_3/Dense_0", block.mlp.dense_0))
         names.update(_dense(prefix + "MlpBlock_3/Dense_1", block.mlp.dense_1))
-    names.update(_norm("Transformer/encoder_norm", encoder.encoder_norm))
+    if encoder.encoder_norm is not None:  # else the model normalises after pooling
+        names.update(_norm("Transformer/encoder_norm", encoder.encoder_norm))
+    fc_norm = _find(model, "fc_norm")
+    if fc_norm is not None:
+        names.update(_norm("fc_norm", fc_norm))
     for top in ("pre_logits", "head"):
         layer = _find(model, top)
         if layer is not None:
@@ -51,6 +60,31 @@ def model_params(model):
         name: keras.ops.convert_to_numpy(variable)
         for name, variable in model_variables(model).items()
     }
+
+
+def keras_slots(model):
+    """Where Keras' weights files of `model` keep each official key.
+
+    Keras lays a weights file out by the model's object tree: a group per layer
+    (named after the attribute or list that holds it, so 'dense', 'dense_1', not
+    'pre_logits', 'head'), the layer's own variables numbered '0', '1', ... in
+    the order it created them (`Layer.save_own_variables`), and since Keras 3.9
+    the layer's name beside them (the 'name' attribute of its 'vars' group). The
+    chain of those names is the layer's path, which is also the path of its
+    variables less their own name ('Transformer/encoderblock_0/LayerNorm_0' for
+    '.../LayerNorm_0/gamma'). A file written for another head or resolution of
+    the same architecture keeps the same slots.
+
+    Returns:
+        dict official name -> (layer path, number as a string), in
+        `model_variables` order.
+    """
+    slots, counts = {}, collections.Counter()
+    for variable in model.weights:  # a layer's own variables first, in creation order
+        layer = variable.path.rpartition("/")[0]
+        slots[id(variable)] = (layer, str(counts[layer]))
+        counts[layer] += 1
+    return {name: slots[id(variable)] for name, variable in model_variables(model).items()}
 
 
 def _resnet(model):

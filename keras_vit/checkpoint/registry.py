@@ -2,10 +2,11 @@
 AugReg file by name, and any URL of an official `.npz`.
 
 Files live at https://storage.googleapis.com/vit_models/... (see the official
-repository's README). `fetch` downloads one with `keras.utils.get_file` into
-`~/.keras/keras_vit/<folder>/` (or `$KERAS_VIT_CACHE_DIR/keras_vit/<folder>/`), once; where a SHA-256 is
-known the download is verified against it. Offline, a file not in the cache fails
-within `DOWNLOAD_TIMEOUT_S` with a `DownloadError` naming the URL and the cache path.
+repository's README). `fetch` downloads one (`keras_vit.checkpoint.download`:
+bounded in time, written atomically) into `~/.keras/keras_vit/<folder>/` (or
+`$KERAS_VIT_CACHE_DIR/keras_vit/<folder>/`, `keras_vit.checkpoint.cache`), once; where
+a SHA-256 is known the file is verified against it. A file not in the cache that
+cannot be downloaded fails with a `DownloadError` naming the URL and the cache path.
 
 Short names (`names_for(variant)`):
 - 'imagenet21k': the paper's ImageNet-21k pre-training (224 px, pre_logits
@@ -34,27 +35,18 @@ values only stand in where the file does not say.
 """
 
 import dataclasses
-import os
-import urllib.error
 import urllib.parse
-import urllib.request
 
-import keras
-
-from keras_vit.checkpoint import augreg
+from keras_vit.checkpoint import augreg, cache, download
 
 GCS_HTTPS = "https://storage.googleapis.com"  # public GCS buckets over https
 BASE_URL = f"{GCS_HTTPS}/vit_models"
 I21K_CLASSES = augreg.CLASSES["i21k"]
 I1K_CLASSES = augreg.CLASSES["i1k"]
 URL_SCHEMES = ("https://", "gs://")
-# Seconds an unreachable server may take to answer before a download gives up.
-DOWNLOAD_TIMEOUT_S = 20.0
-
-
-class DownloadError(OSError):
-    """A checkpoint that is neither in the cache nor downloadable: the message
-    names the URL, the cache path and what went wrong."""
+# Raised by `fetch` (defined with the download); the cache root (defined with the cache).
+DownloadError = download.DownloadError
+cache_dir = cache.cache_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,18 +151,10 @@ def lookup(variant, name):
     return REGISTRY.get((variant, name))
 
 
-def is_remote(weights):
-    """Whether `weights` names a download rather than a path or a short name:
-    'augreg:<file name>', or an https:// / gs:// URL of an .npz."""
-    weights = str(weights)
-    return weights.startswith(augreg.PREFIX) or (
-        weights.startswith(URL_SCHEMES) and weights.endswith(".npz")
-    )
-
-
 def resolve(weights, variant=None):
-    """The Entry that `weights` names for a model of `variant` (its keras_vit
-    variant name, None for an architecture that is none).
+    """The Entry that a download's name names for a model of `variant` (its
+    keras_vit variant name, None for an architecture that is none). Which
+    `weights=` values are downloads is `keras_vit.checkpoint.source`'s to say.
 
     Args:
         weights: a short name of `variant` ('imagenet21k', ...),
@@ -225,71 +209,39 @@ def _check_variant(name, variant, weights):
 
 
 def _cache_names(url):
-    """(folder, file name) of a URL, unescaped ('imagenet21k+imagenet2012', ...)."""
-    path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
-    folder, _, filename = path.rstrip("/").rpartition("/")
-    return os.path.basename(folder) or "downloads", filename
+    """(folder, file name) of a URL, unescaped ('imagenet21k+imagenet2012', ...;
+    'downloads' for a file at the server's root).
 
-
-def cache_dir():
-    """The cache root: $KERAS_VIT_CACHE_DIR, else Keras' home ($KERAS_HOME or
-    ~/.keras; /tmp/.keras where that is not writable, as keras.utils.get_file)."""
-    root = os.environ.get("KERAS_VIT_CACHE_DIR") or os.environ.get("KERAS_HOME")
-    root = os.path.expanduser(root or os.path.join("~", ".keras"))
-    if os.path.isdir(root) and not os.access(root, os.W_OK):
-        root = os.path.join("/tmp", ".keras")
-    return root
+    Raises:
+        ValueError: a segment of the URL's path that is empty, '.' or '..', or
+            that unescapes to a separator, NUL or absolute path
+            (`cache.check_component`), naming the URL.
+    """
+    segments = urllib.parse.urlsplit(url).path.split("/")[1:]
+    names = [cache.check_component(urllib.parse.unquote(s), url) for s in segments]
+    if not names:
+        raise ValueError(f"{url!r} cannot name a file in the checkpoint cache: no file name.")
+    return (names[-2] if len(names) > 1 else "downloads"), names[-1]
 
 
 def cache_path(entry):
-    """Where `fetch` keeps `entry`'s file: <cache_dir>/keras_vit/<folder>/<file>."""
-    folder, filename = _cache_names(entry.url)
-    return os.path.join(cache_dir(), "keras_vit", folder, filename)
+    """Where `fetch` keeps `entry`'s file: <cache_dir>/keras_vit/<folder>/<file>,
+    checked to lie under the cache (ValueError naming the URL otherwise)."""
+    return cache.cache_file(_cache_names(entry.url), entry.url)
 
 
-def fetch(entry, timeout=DOWNLOAD_TIMEOUT_S):
-    """The local path of `entry`'s file: from the cache, else downloaded into it.
+def fetch(entry, timeout=None):
+    """The local path of `entry`'s file: from the cache, else downloaded into it
+    (`download.fetch`: https only, atomic, checked against `entry.sha256`).
 
+    Args:
+        entry: the Entry.
+        timeout: seconds without progress before the download gives up (None:
+            $KERAS_VIT_DOWNLOAD_TIMEOUT, else `download.DEFAULT_TIMEOUT_S`).
     Raises:
-        DownloadError: not cached and the server cannot be reached within
-            `timeout` seconds, answers that there is no such file, or the
-            download fails; the message names the URL and the cache path.
+        ValueError: a URL that cannot name a file in the cache (`cache_path`).
+        DownloadError: not cached and the server cannot be reached, answers that
+            there is no such file, stalls, closes early or sends a file of
+            another SHA-256; the message names the URL and the cache path.
     """
-    path = cache_path(entry)
-    if not os.path.exists(path):
-        _check_reachable(entry.url, path, timeout)
-    folder, filename = _cache_names(entry.url)
-    try:
-        return keras.utils.get_file(
-            filename,
-            entry.url,
-            cache_dir=cache_dir(),
-            cache_subdir=os.path.join("keras_vit", folder),
-            file_hash=entry.sha256,
-            hash_algorithm="sha256" if entry.sha256 else "auto",
-        )
-    except Exception as e:  # get_file raises a bare Exception for URL errors
-        raise DownloadError(_failure(entry.url, path, e)) from e
-
-
-def _check_reachable(url, path, timeout):
-    """A HEAD request bounded by `timeout`: keras.utils.get_file has no timeout of
-    its own, so an unreachable host would otherwise hang the download."""
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
-            pass
-    except urllib.error.HTTPError as e:
-        if e.code in (403, 404):
-            raise DownloadError(
-                _failure(url, path, f"HTTP {e.code} {e.reason}: no such file there")
-            ) from e
-        # Other answers (405 for HEAD, ...): the server is there; the download says more.
-    except (OSError, ValueError) as e:  # URLError, timeouts, refused connections
-        raise DownloadError(_failure(url, path, getattr(e, "reason", e))) from e
-
-
-def _failure(url, path, reason):
-    return (
-        f"cannot download {url} ({reason}). Offline, put the file at {path} "
-        "(the cache) and it is used from there."
-    )
+    return download.fetch(entry.url, cache_path(entry), entry.sha256, timeout)

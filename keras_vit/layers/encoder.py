@@ -11,6 +11,8 @@ from keras_vit.layers.stochastic_depth import linear_rates
 class Encoder(keras.layers.Layer):
     """Adds position embeddings, applies dropout, `num_layers` encoder blocks and
     the final LayerNorm (`encoder_norm`), as the official `Encoder` module.
+    With `final_norm=False` there is no final LayerNorm (`encoder_norm` is None):
+    the model normalises after pooling instead (timm's `fc_norm`).
 
     Input: tokens (batch, num_prefix_tokens + rows*cols, hidden), or the pair
     `(tokens, patch_map)` for a grid known only at call time, which the position
@@ -27,6 +29,11 @@ class Encoder(keras.layers.Layer):
             as in the paper's Table 1 and Appendix B.
         stochastic_depth_rate: the last block's drop rate; block i drops its
             branches with rate * i / (num_layers - 1) (0 for the first block).
+        layer_norm_epsilon: every LayerNorm's epsilon (the official 1e-6; 1e-12
+            in Hugging Face transformers' ViT).
+        approximate_gelu: the MLPs' GELU: the tanh approximation (True, the
+            official code's) or the exact erf form (False: timm's, transformers').
+        final_norm: whether the encoder ends with its LayerNorm `encoder_norm`.
     """
 
     def __init__(
@@ -41,6 +48,7 @@ class Encoder(keras.layers.Layer):
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         approximate_gelu=True,
         stochastic_depth_rate=0.0,
+        final_norm=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -54,6 +62,7 @@ class Encoder(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.approximate_gelu = bool(approximate_gelu)
         self.stochastic_depth_rate = float(stochastic_depth_rate)
+        self.final_norm = bool(final_norm)
         policy = self.dtype_policy  # sub-layers compute as the encoder does
         self.position_embedding = PositionEmbedding(
             self.grid_size, self.num_prefix_tokens, name="posembed_input", dtype=policy
@@ -73,8 +82,12 @@ class Encoder(keras.layers.Layer):
             )
             for i, rate in enumerate(linear_rates(self.stochastic_depth_rate, self.num_layers))
         ]
-        self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=policy
+        self.encoder_norm = (
+            keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=policy
+            )
+            if self.final_norm
+            else None
         )
 
     def build(self, input_shape):
@@ -82,7 +95,8 @@ class Encoder(keras.layers.Layer):
         tokens_shape = self.compute_output_shape(input_shape)
         for block in self.blocks:
             block.build(tokens_shape)
-        self.encoder_norm.build(tokens_shape)
+        if self.encoder_norm is not None:
+            self.encoder_norm.build(tokens_shape)
 
     def call(self, x, training=None, return_attention_weights=False, return_hidden_states=False):
         x = self.position_embedding(x)
@@ -95,7 +109,7 @@ class Encoder(keras.layers.Layer):
             else:
                 x = block(x, training=training)
             hidden_states.append(x)
-        output = self.encoder_norm(x)
+        output = x if self.encoder_norm is None else self.encoder_norm(x)
         return _pack(output, weights, hidden_states, return_attention_weights, return_hidden_states)
 
     def compute_output_shape(self, input_shape):
@@ -134,6 +148,7 @@ class Encoder(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "approximate_gelu": self.approximate_gelu,
                 "stochastic_depth_rate": self.stochastic_depth_rate,
+                "final_norm": self.final_norm,
             }
         )
         return config

@@ -1,0 +1,122 @@
+"""What a checkpoint records about the model built from it.
+
+A `Source`'s `metadata` (keras_vit.checkpoint.source) is a dict of what the file
+says, where it says it:
+
+    classifier           'token' (a class token) or 'gap'
+    channels             input channels of the kernel that sees the image
+    representation_size  the pre_logits width, None for none
+    num_classes          the head's width (absent for a headless model)
+    image_size           the resolution of the position embeddings (an int for
+                         a square official file, (height, width) from a config)
+    grid_size            (rows, cols) of the position embeddings, where the file
+                         says it exactly (a Keras config, a timm or transformers
+                         config); an official file's grid is square
+    approximate_gelu, layer_norm_epsilon, fc_norm
+                         the options of the file's family (`keras_vit.families`),
+                         where it says them (a Keras config, a timm or
+                         transformers file: `keras_vit.checkpoint.interop`)
+
+An official file records them in its arrays (`from_params`); a Keras file in the
+model's config (`from_config`).
+"""
+
+import logging
+
+import numpy as np
+
+from keras_vit.families import FAMILY_OPTIONS
+from keras_vit.layers.patch_embedding import to_pair
+from keras_vit.layers.resnet import resnet_spec, resnet_stride
+
+logger = logging.getLogger("keras_vit")
+
+POSEMB = "Transformer/posembed_input/pos_embedding"
+
+
+def input_kernel(params):
+    """The official name of the kernel that sees the image's channels: a hybrid's
+    ResNet stem where the arrays have one, else the patch embedding's."""
+    return "conv_root/kernel" if "conv_root/kernel" in params else "embedding/kernel"
+
+
+def from_params(params, arch=None, entry=None, name=None):
+    """What official arrays (name -> array) imply for the model built from them.
+
+    Args:
+        params: the arrays under official names.
+        arch: the architecture they go to (`keras_vit.checkpoint.source.architecture`):
+            its patch size and a hybrid's `stride` turn the position embedding's
+            grid into a resolution; None: no `image_size`.
+        entry: the registry Entry the file was downloaded for (`name`: what the
+            user asked for); its resolution and classes stand in where the
+            arrays do not say, and where they disagree the arrays win (one log
+            line).
+    Returns:
+        the metadata dict (module docstring): classifier, channels,
+        representation_size, num_classes and image_size where the arrays say.
+    """
+    meta = {"classifier": "token" if "cls" in params else "gap"}
+    stem = params.get(input_kernel(params))
+    if stem is not None and stem.ndim == 4:
+        meta["channels"] = int(stem.shape[2])
+    meta["representation_size"] = (
+        int(params["pre_logits/kernel"].shape[-1]) if "pre_logits/kernel" in params else None
+    )
+    if "head/kernel" in params:
+        meta["num_classes"] = int(params["head/kernel"].shape[-1])
+    posemb = params.get(POSEMB)
+    patch = (arch or {}).get("patch_size")
+    if posemb is not None and posemb.ndim == 3 and isinstance(patch, int):
+        grid_tokens = posemb.shape[1] - (1 if "cls" in params else 0)
+        side = int(round(np.sqrt(grid_tokens)))
+        if side * side == grid_tokens:
+            meta["image_size"] = side * patch * arch.get("stride", 1)
+    for key in ("image_size", "num_classes") if entry is not None else ():
+        expected = getattr(entry, key)
+        if expected is None:
+            continue
+        if key not in meta:
+            meta[key] = expected
+        elif meta[key] != expected:
+            logger.info(
+                "%s: the file has %s %d where its name says %d; the file's is used.",
+                name or entry.url,
+                key,
+                meta[key],
+                expected,
+            )
+    return meta
+
+
+def from_config(config):
+    """What a keras_vit model's config (`VisionTransformer.get_config`, as JSON)
+    records: everything `from_params` reads from arrays, the exact grid and the
+    family options.
+
+    Raises:
+        ValueError: a config whose image_size, patch_size or resnet is malformed
+            (named).
+    """
+    meta = {key: config.get(key) for key in ("num_classes", "representation_size", "classifier")}
+    meta.update({key: config[key] for key in FAMILY_OPTIONS if config.get(key) is not None})
+    meta["channels"] = int(config.get("channels") or 3)
+    if not config.get("include_top", True):
+        meta.pop("num_classes")
+    if config.get("image_size") is not None:
+        meta["image_size"] = to_pair(config["image_size"], "image_size")
+        meta["grid_size"] = grid_size(
+            meta["image_size"], config.get("patch_size", 16), config.get("resnet")
+        )
+    return meta
+
+
+def grid_size(image_size, patch_size, resnet=None):
+    """(rows, cols) of the position embeddings of a model of `image_size` and
+    `patch_size` (and `resnet`, a hybrid's spec): the patches of the image, or of
+    the ResNet's feature map (each stride-2 step rounds up, so the map is
+    ceil(size / stride))."""
+    (height, width), (ph, pw) = to_pair(image_size), to_pair(patch_size, "patch_size")
+    spec = resnet_spec(resnet)
+    stride = resnet_stride(spec) if spec is not None else 1
+    return -(-height // stride) // ph, -(-width // stride) // pw

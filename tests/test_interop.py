@@ -1,0 +1,364 @@
+"""timm and transformers checkpoints without torch: the committed fixtures
+(tests/fixtures/make_interop_fixtures.py: tiny models saved by timm and
+transformers themselves, with their own outputs) read through `weights=`, the
+family options kept by a .keras round trip, written back, and bad inputs refused
+by name before any weight is assigned. tests/test_interop_torch.py compares with
+timm's and transformers' forward directly (the torch stage)."""
+
+import json
+import os
+import shutil
+import sys
+
+import keras
+import numpy as np
+import pytest
+import scipy
+from interop_testing import FIXTURE_SIZES, FIXTURES
+from test_convert_checkpoint import tool  # noqa: F401  (the tool's module, as a fixture)
+
+import keras_vit
+from keras_vit.checkpoint import CheckpointError, interop, state_dict
+from keras_vit.checkpoint.refused import RefusedFeatureError
+from keras_vit.families import FAMILY_OPTIONS
+from keras_vit.layers import Encoder
+
+REFERENCE = os.path.join(FIXTURES, "reference.npz")
+# fixture -> (weights= value, from_weights arguments beyond the sizes, the family options)
+CASES = {
+    "timm_token": ("timm_token", {}, dict(approximate_gelu=False, fc_norm=False)),
+    "timm_gap_fc_norm": (
+        "timm_gap_fc_norm.safetensors",
+        {},
+        dict(approximate_gelu=False, fc_norm=True, classifier="gap"),
+    ),
+    "transformers_classifier": (
+        "transformers_classifier",
+        {},
+        dict(approximate_gelu=False, layer_norm_epsilon=1e-12),
+    ),
+    "transformers_model": (
+        "transformers_model",
+        {"include_top": False},
+        dict(approximate_gelu=False, layer_norm_epsilon=1e-12),
+    ),
+}
+# float32 sums of a few dozen products of O(1) numbers, two implementations: their
+# rounding differs by a few ulps of the outputs' O(1) scale.
+TOLERANCE = 1e-5
+
+
+def _fixture(name):
+    return os.path.join(FIXTURES, CASES[name][0])
+
+
+def _load(name, **overrides):
+    _, arguments, _ = CASES[name]
+    return keras_vit.from_weights(_fixture(name), **FIXTURE_SIZES, **arguments, **overrides)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with np.load(REFERENCE) as data:
+        return dict(data)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fixture_outputs_equal_the_source(name, reference):
+    """Each fixture through `weights=` gives its source's own outputs (logits, or
+    transformers' pooler output for ViTModel: keras_vit's pre_logits), and the
+    model carries the family's options."""
+    model = _load(name)
+    for option, value in CASES[name][2].items():
+        assert getattr(model, option) == value, option
+    outputs = keras.ops.convert_to_numpy(model(reference["images"]))
+    assert outputs.shape == reference[name].shape
+    np.testing.assert_allclose(outputs, reference[name], atol=TOLERANCE, rtol=0)
+
+
+def test_keras_round_trip_keeps_the_family_options(tmp_path, reference):
+    """The options are in the model config: a .keras file rebuilds the same model."""
+    model = _load("timm_gap_fc_norm")
+    model.save(tmp_path / "m.keras")
+    again = keras.saving.load_model(tmp_path / "m.keras")
+    config = again.get_config()
+    assert (config["approximate_gelu"], config["fc_norm"]) == (False, True)
+    assert config["layer_norm_epsilon"] == model.layer_norm_epsilon
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(again(reference["images"])),
+        keras.ops.convert_to_numpy(model(reference["images"])),
+    )
+
+
+@pytest.mark.parametrize(
+    "name, save",
+    [
+        ("timm_token", "save_timm"),
+        ("timm_gap_fc_norm", "save_timm"),
+        ("transformers_classifier", "save_transformers"),
+        ("transformers_model", "save_transformers"),
+    ],
+)
+def test_written_back_and_read_again_bitwise(name, save, tmp_path):
+    """keras_vit -> the family's layout -> keras_vit: every array bitwise, the
+    same options (timm's and transformers' own forward on the written files:
+    tests/test_interop_torch.py)."""
+    model = _load(name)
+    getattr(keras_vit.checkpoint, save)(model, tmp_path / "out")
+    again = keras_vit.from_weights(str(tmp_path / "out"), **FIXTURE_SIZES, **CASES[name][1])
+    params, again_params = (keras_vit.checkpoint.model_params(m) for m in (model, again))
+    assert list(again_params) == list(params)
+    for key, value in params.items():
+        np.testing.assert_array_equal(again_params[key], value, err_msg=key)
+    for option in FAMILY_OPTIONS + ("classifier", "representation_size"):
+        assert getattr(again, option) == getattr(model, option), option
+
+
+@pytest.mark.parametrize("name", ["timm_token", "transformers_classifier", "transformers_model"])
+def test_source_records_the_whole_model(name, reference):
+    """A Hub directory whose config.json records every size opens to a Source with
+    the model's whole config (as a run directory's): built from it alone, then
+    loaded, it gives the source's outputs (trainers' --init builds from it)."""
+    opened = keras_vit.checkpoint.open_source(_fixture(name))
+    model = keras_vit.build_model(opened.config)
+    keras_vit.checkpoint.load(model, opened)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model(reference["images"])),
+        reference[name],
+        atol=TOLERANCE,
+        rtol=0,
+    )
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModels are TensorFlow's")
+def test_savedmodel_export_of_a_timm_file(tmp_path, reference):
+    """The export of a timm GAP + fc_norm model (exact GELU, LayerNorm after pooling)
+    serves the softmax of the source's logits for the same pixels (a softmax moves
+    each output by at most what the logits move)."""
+    import tensorflow as tf
+    from keras_vit_deploy import serving
+
+    from keras_vit.preprocessing import PIXEL_SCALE
+
+    names = serving.export_saved_model(_load("timm_gap_fc_norm"), str(tmp_path / "sm"))
+    served = tf.saved_model.load(str(tmp_path / "sm")).signatures[names[2]]
+    pixels = (reference["images"] + 1.0) * PIXEL_SCALE  # the [0, 255] pixels of the images
+    probabilities = served(images=tf.constant(pixels))["probabilities"].numpy()
+    expected = scipy.special.softmax(reference["timm_gap_fc_norm"], axis=-1)
+    np.testing.assert_allclose(probabilities, expected, atol=TOLERANCE, rtol=0)
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
+def test_finetune_init_from_a_transformers_folder(reference):
+    """--init=HF_DIR: the trainer's model (config.model with the family's options in
+    model_overrides, another head) takes every other array of the folder."""
+    import types
+
+    from keras_vit_trainers import train_lib
+
+    config = types.SimpleNamespace(
+        model=dict(FIXTURE_SIZES),
+        model_overrides={"approximate_gelu": False, "layer_norm_epsilon": 1e-12},
+        image_size=FIXTURE_SIZES["image_size"],
+    )
+    init = train_lib.open_init(_fixture("transformers_classifier"))
+    fresh = train_lib.model_factory(config, init)(num_classes=5)
+    train_lib.load_init(fresh, init)
+    source = _load("transformers_classifier")
+    headless = [keras.Model(m.input, m.get_layer("pool").output) for m in (fresh, source)]
+    np.testing.assert_array_equal(
+        *(keras.ops.convert_to_numpy(m(reference["images"])) for m in headless)
+    )
+    assert fresh.get_layer("head").kernel.shape == (FIXTURE_SIZES["hidden_size"], 5)
+
+
+def test_loaded_into_a_model_of_other_options_says_so(caplog):
+    """load_weights into a model built otherwise (the official tanh GELU) loads, and
+    warns that its outputs are not the file's."""
+    model = keras_vit.VisionTransformer(**FIXTURE_SIZES, num_classes=3)
+    with caplog.at_level("WARNING", logger="keras_vit"):
+        keras_vit.load_weights(model, _fixture("timm_token"))
+    assert "approximate_gelu=False, the model has True" in caplog.text
+    exact = _load("timm_token")
+    for a, b in zip(model.get_weights(), exact.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_save_timm_as_a_file(tmp_path):
+    """save_timm to a .safetensors path writes the state dict alone, which reads back."""
+    model = _load("timm_token")
+    path = keras_vit.checkpoint.save_timm(model, tmp_path / "vit.safetensors")
+    assert os.listdir(tmp_path) == ["vit.safetensors"]
+    _, family, meta, _, config = interop.open_file(path)
+    assert config is None  # a bare state dict records no heads
+    assert (family, meta["classifier"], meta["num_classes"]) == ("timm", "token", 3)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(classifier="gap"), "classifier='gap'"),
+        (dict(fc_norm=True), "fc_norm"),
+        (dict(representation_size=4), "no pooler"),
+    ],
+)
+def test_save_transformers_refuses_what_it_cannot_express(arguments, message, tmp_path):
+    model = keras_vit.VisionTransformer(**FIXTURE_SIZES, num_classes=3, **arguments)
+    with pytest.raises(CheckpointError, match=message):
+        keras_vit.checkpoint.save_transformers(model, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_between_families(tool, tmp_path, reference):  # noqa: F811
+    """tools/convert_checkpoint.py: timm's fixture to a transformers directory, which
+    gives the timm model's own logits; what a format cannot hold is refused by name:
+    transformers' epsilon 1e-12 in timm's layout, timm's exact GELU in an .npz."""
+    tool.convert(dict(FIXTURE_SIZES), _fixture("timm_token"), str(tmp_path / "hf"), "transformers")
+    model = keras_vit.from_weights(str(tmp_path / "hf"), **FIXTURE_SIZES)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model(reference["images"])),
+        reference["timm_token"],
+        atol=TOLERANCE,
+        rtol=0,
+    )
+    with pytest.raises(CheckpointError, match="layer_norm_epsilon=1e-12"):
+        tool.convert(
+            dict(FIXTURE_SIZES), _fixture("transformers_classifier"), str(tmp_path / "t"), "timm"
+        )
+    with pytest.raises(CheckpointError, match="approximate_gelu=False"):
+        tool.convert(dict(FIXTURE_SIZES), _fixture("timm_token"), str(tmp_path / "x.npz"))
+    assert sorted(os.listdir(tmp_path)) == ["hf"]
+
+
+def test_save_timm_refuses_pre_logits(tmp_path):
+    model = keras_vit.VisionTransformer(**FIXTURE_SIZES, num_classes=3, representation_size=4)
+    with pytest.raises(CheckpointError, match="no pre_logits"):
+        keras_vit.checkpoint.save_timm(model, tmp_path / "out")
+
+
+# -- Bad inputs: a clear error before any weight is assigned ------------------------
+
+
+@pytest.fixture
+def target():
+    """A model the bad files are loaded into, and its weights before."""
+    model = keras_vit.VisionTransformer(**FIXTURE_SIZES, num_classes=3, approximate_gelu=False)
+    return model, [np.array(w) for w in model.get_weights()]
+
+
+def _unchanged(target):
+    model, before = target
+    for a, b in zip(model.get_weights(), before):
+        np.testing.assert_array_equal(a, b)
+
+
+def _timm_state():
+    return state_dict.read_state_dict(os.path.join(FIXTURES, "timm_token", "model.safetensors"))
+
+
+def test_safetensors_of_another_architecture(target, tmp_path):
+    path = tmp_path / "resnet.safetensors"
+    state_dict.write_safetensors(
+        path, {"conv1.weight": np.zeros((4, 3, 3, 3), np.float32), "fc.weight": np.zeros((2, 4))}
+    )
+    with pytest.raises(CheckpointError, match=r"neither a timm nor a transformers.*conv1\.weight"):
+        keras_vit.load_weights(target[0], str(path))
+    _unchanged(target)
+
+
+def test_transformers_config_of_another_model_type(target, tmp_path):
+    directory = tmp_path / "deit"
+    shutil.copytree(_fixture("transformers_classifier"), directory)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "model_type": "deit"}))
+    with pytest.raises(CheckpointError, match="model_type 'deit' is not 'vit'"):
+        keras_vit.load_weights(target[0], str(directory))
+    _unchanged(target)
+
+
+@pytest.mark.parametrize(
+    "key, shape, feature",
+    [
+        ("blocks.0.ls1.gamma", (8,), "LayerScale"),
+        ("dist_token", (1, 1, 8), "distillation token"),
+        ("reg_token", (1, 4, 8), "register tokens"),
+        ("norm_pre.weight", (8,), "norm_pre"),
+        ("blocks.0.attn.q_norm.weight", (4,), "qk_norm"),
+        ("patch_embed.backbone.stem.conv.weight", (4, 3, 7, 7), "hybrid ResNet"),
+    ],
+)
+def test_refused_feature_is_named(key, shape, feature, target, tmp_path):
+    path = tmp_path / "refused.safetensors"
+    state_dict.write_safetensors(path, {**_timm_state(), key: np.zeros(shape, np.float32)})
+    with pytest.raises(RefusedFeatureError, match=f"{feature} \\(key '{key}'\\)"):
+        keras_vit.load_weights(target[0], str(path))
+    _unchanged(target)
+
+
+def test_class_token_with_average_pooling_is_refused(target, tmp_path):
+    """A class token beside fc_norm: timm's defaults say global_pool='avg' over the
+    patches alone (MAE fine-tunes), which no keras_vit model computes."""
+    state = _timm_state()
+    path = tmp_path / "mae.safetensors"
+    state_dict.write_safetensors(
+        path, {**state, "fc_norm.weight": state["norm.weight"], "fc_norm.bias": state["norm.bias"]}
+    )
+    with pytest.raises(RefusedFeatureError, match="class token with average pooling"):
+        keras_vit.load_weights(target[0], str(path))
+    _unchanged(target)
+
+
+def test_quick_gelu_in_a_transformers_config_is_refused(target, tmp_path):
+    directory = tmp_path / "quick"
+    shutil.copytree(_fixture("transformers_classifier"), directory)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "hidden_act": "quick_gelu"}))
+    with pytest.raises(RefusedFeatureError, match="quick_gelu"):
+        keras_vit.load_weights(target[0], str(directory))
+    _unchanged(target)
+
+
+def test_pickle_without_torch(target, tmp_path, monkeypatch):
+    """A .bin needs torch: without it, one error saying to install it or convert the
+    file to safetensors (the file is never unpickled otherwise)."""
+    path = tmp_path / "pytorch_model.bin"
+    path.write_bytes(b"not read")
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    with pytest.raises(ImportError, match=r"pytorch_model\.bin.*needs torch.*safetensors"):
+        keras_vit.load_weights(target[0], str(path))
+    _unchanged(target)
+
+
+def test_sizes_disagreeing_with_the_config_are_named(tmp_path):
+    with pytest.raises(CheckpointError, match="num_attention_heads 2, the model's num_heads is 4"):
+        keras_vit.from_weights(
+            _fixture("transformers_classifier"), **{**FIXTURE_SIZES, "num_heads": 4}
+        )
+
+
+def test_transformers_file_without_its_config(tmp_path):
+    shutil.copy(os.path.join(_fixture("transformers_classifier"), "model.safetensors"), tmp_path)
+    with pytest.raises(CheckpointError, match="config.json \\(model_type 'vit'\\) must be beside"):
+        interop.open_file(tmp_path / "model.safetensors")
+
+
+# -- The layer option ------------------------------------------------------------------
+
+
+def test_encoder_without_final_norm():
+    """final_norm=False: no encoder_norm (its weights absent), the blocks' output as
+    it is, and the option in the config."""
+    kwargs = dict(grid_size=(2, 2), num_layers=1, num_heads=2, mlp_dim=8, num_prefix_tokens=0)
+    tokens = np.random.default_rng(0).normal(size=(2, 4, 8)).astype("float32")
+    plain = Encoder(**kwargs)
+    plain(tokens)
+    bare = Encoder.from_config({**plain.get_config(), "final_norm": False})
+    bare(tokens)
+    bare.set_weights(plain.get_weights()[:-2])  # all but encoder_norm's gamma, beta
+    assert bare.encoder_norm is None and len(bare.weights) == len(plain.weights) - 2
+    _, states = plain(tokens, return_hidden_states=True)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(bare(tokens)), keras.ops.convert_to_numpy(states[-1])
+    )
