@@ -46,8 +46,19 @@ import numpy as np
 from absl import flags
 from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_configs import fashion_mnist
-from keras_vit_deploy import datasets, interpreter, report, sources, tflite, timing
-from keras_vit_deploy import onnx as onnx_export
+from keras_vit_deploy import (
+    datasets,
+    keras_runtime,
+    onnx_export,
+    onnx_file,
+    onnx_runtime,
+    report,
+    sources,
+    tflite,
+    tflite_runtime,
+    timing,
+)
+from keras_vit_deploy.onnx_packages import versions
 
 import keras_vit
 
@@ -110,47 +121,46 @@ def measure(name, model, info, work_dir):
         labels = None
     reference = report.keras_reference(model)
     expected = reference(pixels)
-    results, timers = {}, {}
+    results, runtimes = {}, {}
     for precision in FLAGS.precisions:
         path = os.path.join(work_dir, f"{name}_{precision}.onnx")
         start = time.perf_counter()
         onnx_export.export_keras_model(model, path, precision)
+        runtime = onnx_runtime.ONNXClassifier(path)
         results[f"onnx_{precision}"] = {
             "export_seconds": round(time.perf_counter() - start, 1),
-            **onnx_export.build_report(
-                path,
-                precision,
+            **report.build_report(
+                runtime,
+                onnx_file.file_facts(path, precision),
                 lambda _: expected,
                 pixels,
                 labels,
                 latency_repeats=FLAGS.latency_repeats,
             ),
         }
-        timers[f"onnx_{precision}"] = onnx_export.ONNXClassifier(path, num_threads=1).latency_ms
+        runtimes[f"onnx_{precision}"] = runtime.with_threads(1)
     start = time.perf_counter()
     content = tflite.convert_keras_model(model, "none")
     seconds = round(time.perf_counter() - start, 1)
+    runtime = tflite_runtime.TFLiteClassifier(content)
     results["tflite_float32"] = {
         "export_seconds": seconds,
         **report.build_report(
-            content,
-            "none",
+            runtime,
+            tflite.file_facts(content, "none"),
             lambda _: expected,
             pixels,
             labels,
             latency_repeats=FLAGS.latency_repeats,
         ),
     }
-    timers["tflite_float32"] = interpreter.TFLiteClassifier(content, num_threads=1).latency_ms
-    forward = onnx_export.keras_forward(model)  # traced (and XLA-compiled) once
-    keras_alone = onnx_export.keras_latency_ms(
-        model, pixels, repeats=FLAGS.latency_repeats, forward=forward
-    )
+    runtimes["tflite_float32"] = runtime.with_threads(1)
+    runtimes["keras"] = keras_runtime.KerasClassifier(model)  # traced (and XLA-compiled) once
+    keras_alone = runtimes["keras"].latency_ms(pixels, repeats=FLAGS.latency_repeats)
     results["keras"] = {"latency_per_image": {"default_threads": keras_alone}}
-    timers["keras"] = lambda px, repeats, warmup: onnx_export.keras_latency_ms(
-        model, px, repeats=repeats, warmup=warmup, forward=forward
+    interleaved = timing.interleaved_ms(
+        runtimes, pixels, FLAGS.rounds, FLAGS.latency_repeats, WARMUP
     )
-    interleaved = timing.interleaved_ms(timers, pixels, FLAGS.rounds, FLAGS.latency_repeats, WARMUP)
     for key, ms in interleaved.items():
         results[key]["interleaved_ms"] = ms
     return {
@@ -177,7 +187,7 @@ def main(argv):
             model, info = builders[name]()
             summary["models"][name] = measure(name, model, info, work_dir)
     summary["seconds"] = round(time.perf_counter() - start, 1)
-    summary["versions"] = onnx_export.versions()
+    summary["versions"] = versions()
     summary["machine"] = machine_info()  # after the imports: their versions are recorded
     with open(FLAGS.json, "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)

@@ -35,7 +35,7 @@ import numpy as np
 from absl import flags
 from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_configs import fashion_mnist
-from keras_vit_deploy import datasets, interpreter, report, serving, sources, tflite
+from keras_vit_deploy import datasets, report, serving, sources, tflite, tflite_runtime, timing
 
 import keras_vit
 from keras_vit import run_directory
@@ -125,14 +125,19 @@ def main(argv):
         with open(os.path.join(FLAGS.work_dir, f"vit_{quantization}.tflite"), "wb") as f:
             f.write(content)
         results[quantization] = report.build_report(
-            content, quantization, reference, pixels, labels, latency_repeats=FLAGS.latency_repeats
+            tflite_runtime.TFLiteClassifier(content),
+            tflite.file_facts(content, quantization),
+            reference,
+            pixels,
+            labels,
+            latency_repeats=FLAGS.latency_repeats,
         )
     # The per-report latencies run one variant after another; these interleave
     # them, so the ratios between variants survive a noisy machine.
     classifiers = {
-        name: interpreter.TFLiteClassifier(contents[name], num_threads=1) for name in results
+        name: tflite_runtime.TFLiteClassifier(contents[name], num_threads=1) for name in results
     }
-    for name, ms in interpreter.interleaved_latency_ms(classifiers, pixels).items():
+    for name, ms in timing.interleaved_ms(classifiers, pixels).items():
         results[name]["interleaved_ms_1_thread"] = ms
     summary = {
         "date": time.strftime("%Y-%m-%d"),

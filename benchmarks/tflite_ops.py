@@ -19,7 +19,7 @@ fused path exports it), residual_add (x2). Also the machine's int8 capability as
 /proc/cpuinfo reports it (avx512_vnni / avx_vnni / amx: int8 dot products).
 Then the whole model (random weights, `--whole_model`, on by default) converted
 by deploy.tflite as float32 ('none'), full 'int8' and 'int8_matmul', timed
-interleaved (deploy.interpreter.interleaved_latency_ms). The table and the JSON
+interleaved (deploy.timing.interleaved_ms). The table and the JSON
 name the machine (benchmarks/machine.py: CPU kinds differ up to 4x).
 A measurement, not a test.
 """
@@ -43,7 +43,7 @@ import tensorflow as tf
 from absl import flags, logging
 from keras import ops
 from keras_vit_benchmarks.machine import describe, machine_info
-from keras_vit_deploy import interpreter, tflite, timing
+from keras_vit_deploy import tflite, tflite_runtime, timing
 
 import keras_vit
 
@@ -98,7 +98,7 @@ def convert(model, shapes, int8):
 
 def latency_ms(content):
     """Median ms per invoke, and the kinds of operator in the converted graph."""
-    runner = interpreter.make_interpreter(content, num_threads=FLAGS.threads)
+    runner = tflite_runtime.make_interpreter(content, num_threads=FLAGS.threads)
     runner.allocate_tensors()
     for detail in runner.get_input_details():
         runner.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
@@ -122,8 +122,8 @@ def whole_model_ms(variant, image_size):
         content = tflite.convert_keras_model(
             model, quantization, pixels if quantization in tflite.CALIBRATED else None
         )
-        classifiers[quantization] = interpreter.TFLiteClassifier(content, FLAGS.threads)
-    return interpreter.interleaved_latency_ms(
+        classifiers[quantization] = tflite_runtime.TFLiteClassifier(content, FLAGS.threads)
+    return timing.interleaved_ms(
         classifiers, pixels.astype(np.uint8), repeats=max(FLAGS.repeats // 10, 5)
     )
 
@@ -150,7 +150,7 @@ def main(argv):
     print(describe(machine))
     print(
         f"{FLAGS.variant} at {FLAGS.image_size} px: {tokens} tokens, {layers} blocks, "
-        f"{FLAGS.threads} thread(s), interpreter {interpreter.INTERPRETER}"
+        f"{FLAGS.threads} thread(s), interpreter {tflite_runtime.INTERPRETER}"
     )
     print(
         f"{'kind':15s} {'/block':>6s} {'float32 ms':>10s} {'int8 ms':>8s} {'ratio':>6s} "
@@ -201,7 +201,7 @@ def main(argv):
                     "tokens": tokens,
                     "blocks": layers,
                     "threads": FLAGS.threads,
-                    "interpreter": interpreter.INTERPRETER,
+                    "interpreter": tflite_runtime.INTERPRETER,
                     "kinds": rows,
                     "blocks_total_ms": totals,
                     "cpu_int8_features": features,

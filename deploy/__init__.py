@@ -1,5 +1,5 @@
 """Deployment of keras_vit models: a SavedModel for TF Serving, TFLite files and ONNX
-files (`deploy.onnx`), each checked against the Keras model.
+files (`deploy.onnx_export`), each checked against the Keras model.
 
     from keras_vit_deploy import serving, tflite
     serving.export_saved_model(model, "exported/vit", class_names=names)

@@ -12,7 +12,8 @@ import os
 
 import numpy as np
 import tensorflow as tf
-from keras_vit_deploy.preprocessing import ENCODED_KEY, LABEL_KEY
+from keras_vit_deploy import records
+from keras_vit_deploy.records import DataError  # its owner is deploy/records.py
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_CLASSES = [
@@ -27,12 +28,6 @@ FASHION_MNIST_CLASSES = [
     "Bag",
     "Ankle boot",
 ]
-
-
-class DataError(ValueError):
-    """Data that cannot be used as given (a data directory, a record, an image, an IDX
-    file); the message names the file. The one data error of deploy/, the trainers'
-    input pipeline and tools/make_tfrecords.py."""
 
 
 def to_model_pixels(image, image_size, where):
@@ -94,23 +89,15 @@ def tfrecord_images(pattern, image_size, limit=1000):
         for index, record in enumerate(tf.data.TFRecordDataset(path)):
             where = f"{path} record {index}"
             try:
-                example = tf.io.parse_single_example(
-                    record,
-                    {
-                        ENCODED_KEY: tf.io.FixedLenFeature([], tf.string),
-                        LABEL_KEY: tf.io.VarLenFeature(tf.int64),
-                    },
-                )
-                image = tf.io.decode_image(
-                    example[ENCODED_KEY], channels=0, expand_animations=False
-                ).numpy()
+                encoded, label = records.parse_example(record)
+                image = tf.io.decode_image(encoded, channels=0, expand_animations=False).numpy()
             except tf.errors.InvalidArgumentError as e:
                 raise DataError(
                     f"{where}: not a tf.train.Example with a decodable "
-                    f"'{ENCODED_KEY}' image ({e.message.splitlines()[0]})."
+                    f"'{records.ENCODED_KEY}' image ({e.message.splitlines()[0]})."
                 ) from e
             pixels.append(to_model_pixels(image, image_size, where))
-            label = example[LABEL_KEY].values.numpy()
+            label = label.numpy()
             labels.append(int(label[0]) if len(label) else -1)
             if len(pixels) == limit:
                 return np.stack(pixels), np.asarray(labels, np.int64)

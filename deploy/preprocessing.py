@@ -15,13 +15,10 @@ the signature, the problem and the batch index.
 
 import numpy as np
 import tensorflow as tf
+from keras_vit_deploy import image_header, records
 
 from keras_vit.preprocessing import PIXEL_SCALE
 
-# Leading bytes of the formats tf.io.decode_image reads.
-_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
-ENCODED_KEY = "image/encoded"
-LABEL_KEY = "image/class/label"
 LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 weights of R, G, B (sum 1)
 
 
@@ -103,28 +100,42 @@ def assert_pixel_range(pixels, signature):
 
 def _has_image_magic(encoded):
     return tf.reduce_any(
-        tf.stack([tf.equal(tf.strings.substr(encoded, 0, len(magic)), magic) for magic in _MAGIC])
+        tf.stack(
+            [
+                tf.equal(tf.strings.substr(encoded, 0, len(magic)), magic)
+                for magic in image_header.MAGIC
+            ]
+        )
     )
 
 
-def decode_one(encoded, index, image_size, signature, channels=3):
+def decode_one(
+    encoded, index, image_size, signature, channels=3, max_pixels=image_header.DEFAULT_MAX_PIXELS
+):
     """One encoded image -> float32 (height, width, `channels`) pixels in [0, 255].
 
-    Fails naming `index` when the bytes are not a JPEG/PNG/GIF/BMP image or the
-    image has a channel count the model does not take (`accepted_channels`:
-    1 or 3 for a grey or RGB model, brought to its count; else exactly C).
+    Fails naming `index` when the bytes are not a JPEG/PNG/GIF/BMP image, when its
+    header declares more than `max_pixels` pixels (checked before decoding,
+    deploy/image_header.py), or the image has a channel count the model does not
+    take (`accepted_channels`: 1 or 3 for a grey or RGB model, brought to its
+    count; else exactly C).
     """
     is_image = tf.debugging.Assert(
         _has_image_magic(encoded),
         [
             f"{signature}: the image at batch index",
             index,
-            "is not a JPEG, PNG, GIF or BMP image (first bytes:",
+            f"is not a {image_header.FORMATS} image (first bytes:",
             tf.strings.substr(encoded, 0, 8),
             ")",
         ],
     )
     with tf.control_dependencies([is_image]):
+        where = tf.strings.join(
+            [f"{signature}: the image at batch index ", tf.strings.as_string(index)]
+        )
+        small_enough = image_header.assert_max_pixels(encoded, max_pixels, where)
+    with tf.control_dependencies([small_enough]):
         image = tf.io.decode_image(encoded, channels=0, expand_animations=False)
     have = tf.shape(image)[-1]
     accepted = accepted_channels(channels)
@@ -152,30 +163,25 @@ def decode_one(encoded, index, image_size, signature, channels=3):
     return tf.image.resize(image, image_size)
 
 
-def decode_images(encoded, image_size, signature, channels=3):
+def decode_images(
+    encoded, image_size, signature, channels=3, max_pixels=image_header.DEFAULT_MAX_PIXELS
+):
     """A batch of encoded images (B,) tf.string -> float32 (B, H, W, C) pixels
-    in [0, 255] at `image_size` (H, W) and `channels` C; fails on an empty batch."""
+    in [0, 255] at `image_size` (H, W) and `channels` C; fails on an empty batch
+    and on an image above `max_pixels` pixels (`decode_one`)."""
     with tf.control_dependencies([assert_not_empty(encoded, signature)]):
         indices = tf.range(tf.shape(encoded)[0])
     return tf.map_fn(
-        lambda args: decode_one(args[0], args[1], image_size, signature, channels),
+        lambda args: decode_one(args[0], args[1], image_size, signature, channels, max_pixels),
         (encoded, indices),
         fn_output_signature=tf.TensorSpec([*image_size, channels], tf.float32),
     )
 
 
 def parse_examples(serialized, signature):
-    """Serialized tf.train.Example (B,) in the trainer's format -> (encoded
-    images (B,), labels (B, L) int64 padded with -1; L = 0 without labels).
-    A missing 'image/encoded' fails naming the feature."""
+    """Serialized tf.train.Example (B,) in the trainer's format (deploy/records.py)
+    -> (encoded images (B,), labels (B, L) int64 padded with -1; L = 0 without
+    labels). A missing image feature fails naming the feature."""
     with tf.control_dependencies([assert_not_empty(serialized, signature)]):
         serialized = tf.identity(serialized)
-    features = tf.io.parse_example(
-        serialized,
-        {
-            ENCODED_KEY: tf.io.FixedLenFeature([], tf.string),
-            LABEL_KEY: tf.io.VarLenFeature(tf.int64),
-        },
-    )
-    labels = tf.sparse.to_dense(features[LABEL_KEY], default_value=-1)
-    return features[ENCODED_KEY], labels
+    return records.parse_examples(serialized, missing_label=-1)

@@ -1,6 +1,7 @@
-"""The JSON report of a .tflite file: size, ops, agreement with the reference
-(the Keras model, or the SavedModel it was exported to) on real images, and
-latency per image with the TFLite interpreter.
+"""The JSON report of an exported file, TFLite or ONNX: its format's facts (size,
+ops), its runtime's (`deploy/runtime.py`), agreement with the reference (the Keras
+model, or the SavedModel it was exported to) on real images, and latency per image
+with that runtime (and the Keras model's beside it, when asked).
 
 The comparison follows what the file returns (`deploy/serving.py`): for a
 classifier's `probabilities` (or `scores`) top-1 agreement, max and mean |delta|
@@ -9,9 +10,8 @@ the reference's largest |value| (the scale the delta is to be read against)."""
 
 import numpy as np
 import tensorflow as tf
-from keras_vit_deploy import interpreter, serving, tflite
-from keras_vit_deploy.datasets import DataError
-from keras_vit_deploy.preprocessing import scale_pixels
+from keras_vit_deploy import keras_runtime, serving
+from keras_vit_deploy.records import DataError
 
 # The per-value name of each output in the report's keys (max_abs_delta_<unit>).
 UNITS = {
@@ -26,14 +26,7 @@ CLASS_OUTPUTS = ("probabilities", "scores")
 def keras_reference(model, batch_size=100):
     """uint8 (N, H, W, C) -> what the exports return (N, ...) from the Keras model
     itself: the softmax of its logits, or its own output (`serving.model_outputs`)."""
-    spec = serving.model_outputs(model, "the report")
-
-    def reference(pixels):
-        values = model.predict(scale_pixels(pixels), batch_size=batch_size, verbose=0)
-        values = tf.cast(values, tf.float32)
-        return (tf.nn.softmax(values, axis=-1) if spec.softmax else values).numpy()
-
-    return reference
+    return keras_runtime.KerasClassifier(model, batch_size).predict
 
 
 def saved_model_reference(loaded, batch_size=100):
@@ -53,11 +46,13 @@ def saved_model_reference(loaded, batch_size=100):
     return reference
 
 
-def compare(reference, candidate, labels=None, output="probabilities"):
+def compare(reference, candidate, labels=None, output="probabilities", *, file_format):
     """Agreement of `candidate` with `reference` (both (N, ...), the `output` of
     `serving.OUTPUT_NAMES`): max and mean |delta|; for classifier outputs the
     top-1 agreement and, when `labels` (N,) are known (-1 = unknown), the
-    accuracies; for features the reference's largest |value|."""
+    accuracies (`reference_accuracy` and the candidate's, named after its
+    `file_format`: 'tflite' -> `tflite_accuracy`, 'onnx' -> `onnx_accuracy`); for
+    features the reference's largest |value|."""
     reference, candidate = np.asarray(reference), np.asarray(candidate)
     if reference.shape != candidate.shape:
         raise ValueError(
@@ -84,13 +79,15 @@ def compare(reference, candidate, labels=None, output="probabilities"):
             result["reference_accuracy"] = float(
                 np.mean(reference.argmax(1)[known] == labels[known])
             )
-            result["tflite_accuracy"] = float(np.mean(candidate.argmax(1)[known] == labels[known]))
+            result[f"{file_format}_accuracy"] = float(
+                np.mean(candidate.argmax(1)[known] == labels[known])
+            )
     return result
 
 
 def build_report(
-    content,
-    quantization,
+    classifier,
+    file_facts,
     reference,
     pixels,
     labels=None,
@@ -98,32 +95,46 @@ def build_report(
     latency_repeats=200,
     extra=None,
     output=None,
+    keras_model=None,
 ):
-    """The report dict of .tflite bytes `content` against `reference` (uint8
-    pixels -> the file's `output`, e.g. `keras_reference`) on `pixels`
-    (N, H, W, C) uint8. `output`: the file's output name (None: its signature's)."""
-    counts = tflite.operator_counts(content)
-    classifier = interpreter.TFLiteClassifier(content)
+    """The report dict of an exported file against `reference` (uint8 pixels -> the
+    file's `output`, e.g. `keras_reference`) on `pixels` (N, H, W, C) uint8.
+
+    Args:
+        classifier: the file's runtime (`tflite_runtime.TFLiteClassifier`,
+            `onnx_runtime.ONNXClassifier`), which names the accuracy
+            (`compare`'s `file_format`) and gives `runtime_facts()` and, per
+            thread count in `threads`, `with_threads(count)` to time.
+        file_facts: the format's facts of the file (`tflite.file_facts`,
+            `onnx_file.file_facts`).
+        output: the file's output name (None: the classifier's `output_name`).
+        keras_model: when given, the Keras model's latency beside the runtime's
+            (`keras_runtime.KerasClassifier.latency_ms`).
+    Returns:
+        {**extra, **file_facts, **classifier.runtime_facts(), **compare(...),
+        'latency_per_image': {'<count>_threads': ...}, ['keras_latency_per_image']}.
+    """
     output = output or classifier.output_name or "probabilities"
+    comparison = compare(
+        reference(pixels),
+        classifier.predict(pixels),
+        labels,
+        output,
+        file_format=classifier.file_format,
+    )
     report = {
         **(extra or {}),
-        "quantization": quantization,
-        "file_size_bytes": len(content),
-        "constant_bytes": tflite.constant_bytes(content),
-        "ops": sorted(counts),
-        "op_counts": counts,
-        "builtin_ops_only": not tflite.non_builtin_ops(counts),
-        "interpreter": interpreter.INTERPRETER,
-        "input": {
-            "shape": [int(s) for s in classifier.input["shape"]],
-            "dtype": np.dtype(classifier.input["dtype"]).name,
-        },
-        **compare(reference(pixels), classifier.predict(pixels), labels, output),
+        **file_facts,
+        **classifier.runtime_facts(),
+        **comparison,
         "latency_per_image": {},
     }
     for count in threads:
-        timer = interpreter.TFLiteClassifier(content, num_threads=count)
-        report["latency_per_image"][f"{count}_threads"] = timer.latency_ms(
+        report["latency_per_image"][f"{count}_threads"] = classifier.with_threads(count).latency_ms(
+            pixels, repeats=latency_repeats
+        )
+    if keras_model is not None:
+        report["keras_latency_per_image"] = keras_runtime.KerasClassifier(keras_model).latency_ms(
             pixels, repeats=latency_repeats
         )
     return report

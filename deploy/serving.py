@@ -23,22 +23,29 @@ names saying what they return (`signature_names`: 'predict' for classifiers,
 'features' / 'feature_map' for the headless models):
 
 - `serving_default`: images (B,) tf.string, encoded JPEG/PNG (GIF/BMP too) of
-  any size; decoded, brought to C channels (`deploy/preprocessing.py`), resized
-  (bilinear) and scaled in the graph as the trainer's eval pipeline does.
+  any size up to `max_pixels` pixels (checked in the image's header before it is
+  decoded, deploy/image_header.py); decoded, brought to C channels
+  (`deploy/preprocessing.py`), resized (bilinear) and scaled in the graph as the
+  trainer's eval pipeline does.
 - `<prefix>_images`: images (B, H, W, C) uint8 pixels.
 - `<prefix>_images_float32`: images (B, H, W, C) float32 pixels in [0, 255].
-- `<prefix>_examples`: examples (B,) tf.string, serialized tf.train.Example with
-  'image/encoded' (bytes) and optionally 'image/class/label' (int64); also
-  returns `labels` (B, L) int64, padded with -1.
+- `<prefix>_examples`: examples (B,) tf.string, serialized tf.train.Example in
+  the trainer's format (deploy/records.py: the encoded image, and optionally int64
+  labels); also returns `labels` (B, L) int64, padded with -1.
 
 Loading needs only TensorFlow: `tf.saved_model.load(path).signatures["serving_default"]`.
+What the export chose beyond the graph (the pixel limit) is in the SavedModel's
+METADATA file (`read_metadata`).
 """
 
 import dataclasses
+import json
+import numbers
+import os
 
 import keras
 import tensorflow as tf
-from keras_vit_deploy import preprocessing, require_tensorflow_backend
+from keras_vit_deploy import image_header, preprocessing, require_tensorflow_backend
 
 SERVING_DEFAULT = "serving_default"
 # The classifier's signatures (their names for the other kinds: `signature_names`).
@@ -51,6 +58,9 @@ PREFIXES = {"classifier": "predict", "features": "features", "feature_map": "fea
 # The main output's name, one of these (the classifier's top_k_* come beside it).
 OUTPUT_NAMES = ("probabilities", "scores", "features", "feature_map")
 _LOGITS = (None, "linear")
+# The export's settings, as JSON beside the graph: {"max_pixels": int, "signatures":
+# [names]}. assets.extra/ is the SavedModel folder for files that TF Serving leaves alone.
+METADATA = os.path.join("assets.extra", "keras_vit_export.json")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,10 +163,19 @@ class SignatureFunctions:
             a fixed image size.
         class_names: None, or one name per class (classifiers only).
         top_k: how many classes the top_k_* outputs hold (at most K).
+        max_pixels: the encoded-image signatures refuse an image whose header
+            declares more pixels (a positive int).
     """
 
-    def __init__(self, model, class_names=None, top_k=5):
+    def __init__(
+        self, model, class_names=None, top_k=5, max_pixels=image_header.DEFAULT_MAX_PIXELS
+    ):
         require_tensorflow_backend()
+        if not isinstance(max_pixels, numbers.Integral) or isinstance(max_pixels, bool):
+            raise ValueError(f"max_pixels={max_pixels!r}: expected a whole number of pixels.")
+        if max_pixels < 1:
+            raise ValueError(f"max_pixels={max_pixels}: expected a positive number of pixels.")
+        self.max_pixels = int(max_pixels)
         self.spec = model_outputs(model, "the served SavedModel")
         self.model = model
         self.image_size = self.spec.image_size
@@ -190,7 +209,9 @@ class SignatureFunctions:
         return outputs
 
     def serve_encoded(self, images):
-        pixels = preprocessing.decode_images(images, self.image_size, self.names[0], self.channels)
+        pixels = preprocessing.decode_images(
+            images, self.image_size, self.names[0], self.channels, self.max_pixels
+        )
         return self.outputs(pixels)
 
     def _checked_pixels(self, images, signature):
@@ -212,7 +233,9 @@ class SignatureFunctions:
 
     def serve_examples(self, examples):
         encoded, labels = preprocessing.parse_examples(examples, self.names[3])
-        pixels = preprocessing.decode_images(encoded, self.image_size, self.names[3], self.channels)
+        pixels = preprocessing.decode_images(
+            encoded, self.image_size, self.names[3], self.channels, self.max_pixels
+        )
         return {**self.outputs(pixels), "labels": labels}
 
     def endpoints(self):
@@ -227,16 +250,33 @@ class SignatureFunctions:
         ]
 
 
-def export_saved_model(model, output, class_names=None, top_k=5):
-    """Writes the SavedModel with the signatures above to directory `output`.
-    Returns the signature names."""
-    functions = SignatureFunctions(model, class_names, top_k)
+def export_saved_model(
+    model, output, class_names=None, top_k=5, max_pixels=image_header.DEFAULT_MAX_PIXELS
+):
+    """Writes the SavedModel with the signatures above to directory `output`, and
+    its METADATA. Returns the signature names."""
+    functions = SignatureFunctions(model, class_names, top_k, max_pixels)
     archive = keras.export.ExportArchive()
     archive.track(model)
     for name, fn, spec in functions.endpoints():
         archive.add_endpoint(name, fn, input_signature=[spec])
     archive.write_out(output, verbose=False)
-    return [name for name, _, _ in functions.endpoints()]
+    names = [name for name, _, _ in functions.endpoints()]
+    path = os.path.join(output, METADATA)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "w") as f:
+        json.dump({"max_pixels": functions.max_pixels, "signatures": names}, f, indent=1)
+    return names
+
+
+def read_metadata(path):
+    """The METADATA dict of the SavedModel directory `path`; {} for one exported
+    without it."""
+    path = os.path.join(path, METADATA)
+    if not tf.io.gfile.exists(path):
+        return {}
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
 
 
 @dataclasses.dataclass(frozen=True)

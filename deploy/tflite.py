@@ -181,6 +181,20 @@ def non_builtin_ops(counts):
     return [name for name in counts if name.startswith(("CUSTOM:", "UNKNOWN_"))]
 
 
+def file_facts(content, quantization):
+    """What the report (`report.build_report`) says of the .tflite bytes `content`,
+    converted at `quantization`: its size, constants and operators."""
+    counts = operator_counts(content)
+    return {
+        "quantization": quantization,
+        "file_size_bytes": len(content),
+        "constant_bytes": constant_bytes(content),
+        "ops": sorted(counts),
+        "op_counts": counts,
+        "builtin_ops_only": not non_builtin_ops(counts),
+    }
+
+
 def assert_builtin_only(content):
     """Raises ConversionError naming any op that is not a TFLite builtin."""
     foreign = non_builtin_ops(operator_counts(content))

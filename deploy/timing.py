@@ -1,6 +1,6 @@
 """Latency per call as the export reports and the benchmarks give it: the one timing
-loop of the TFLite interpreter (`deploy/interpreter.py`), onnxruntime and the Keras
-model (`deploy/onnx.py`) and of benchmarks/."""
+loop of the runtimes (`deploy/runtime.py`: the TFLite interpreter, onnxruntime and
+the Keras model) and of benchmarks/, and their interleaved comparison."""
 
 import time
 
@@ -28,13 +28,14 @@ def latency_ms(call, repeats=200, warmup=20, prepare=None):
     }
 
 
-def interleaved_ms(timers, pixels, rounds, repeats, warmup):
-    """{name: median over `rounds` of each round's median ms} for {name: timer}, each
-    timer a function timer(pixels, repeats=, warmup=) -> a `latency_ms` dict (e.g. a
-    classifier's `latency_ms`), timed in turn within every round so that a noisy
-    machine slows them alike; comparisons between them hold within one call."""
-    per_round = {name: [] for name in timers}
+def interleaved_ms(runtimes, pixels, rounds=5, repeats=100, warmup=10):
+    """{name: median over `rounds` of each round's median ms} for {name: runtime}, each
+    with a `latency_ms(pixels, repeats=, warmup=)` -> a `latency_ms` dict
+    (`runtime.Runtime`), timed in turn within every round so that a noisy machine
+    slows them alike; comparisons between them hold within one call."""
+    per_round = {name: [] for name in runtimes}
     for _ in range(rounds):
-        for name, timer in timers.items():
-            per_round[name].append(timer(pixels, repeats=repeats, warmup=warmup)["median_ms"])
+        for name, runtime in runtimes.items():
+            result = runtime.latency_ms(pixels, repeats=repeats, warmup=warmup)
+            per_round[name].append(result["median_ms"])
     return {name: float(np.median(times)) for name, times in per_round.items()}

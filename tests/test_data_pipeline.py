@@ -1,9 +1,12 @@
 """The tf.data pipeline: deterministic (resume = skip), exact global batches across
 pipelines, corrupt shards skipped and counted, clear errors for bad data dirs."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_vit_deploy import records
 from keras_vit_trainers import input_pipeline as ip
 from keras_vit_trainers import testing
 
@@ -96,3 +99,71 @@ def test_bad_data_dirs_name_the_directory(tmp_path):
         ip.read_manifest(str(tmp_path))
     with pytest.raises(ip.DataError, match="--data_dir is required"):
         ip.read_manifest(None)
+
+
+def _data_with_bad_records(directory, n=24, bad=(5, 14)):
+    """One shard of n 4x4 PNGs, record i of label i and pixels i, written directly
+    (tools/make_tfrecords.py skips what does not decode): record bad[0] holds bytes
+    that are not an image, record bad[1] is not a tf.train.Example at all; both
+    CRC-valid."""
+    shard = records.shard_name("train", 0, 1)
+    with tf.io.TFRecordWriter(os.path.join(directory, shard)) as writer:
+        for i in range(n):
+            if i == bad[0]:
+                writer.write(records.serialize_example(b"not an image", [i]))
+            elif i == bad[1]:
+                writer.write(b"not a tf.train.Example")
+            else:
+                png = tf.io.encode_png(np.full((4, 4, 3), i, np.uint8)).numpy()
+                writer.write(records.serialize_example(png, [i]))
+    manifest = {"num_classes": n, "splits": {"train": {"count": n, "shards": []}}}
+    manifest["splits"]["train"]["shards"].append({"file": shard, "count": n})
+    records.write_manifest(directory, manifest)
+    return str(directory)
+
+
+def test_resume_past_records_that_do_not_decode_sees_the_uninterrupted_batches(tmp_path):
+    data = _data_with_bad_records(tmp_path)
+    kw = dict(batch_size=4, image_size=4, seed=1, num_classes=24, augment="none", flip=False)
+    kw.update(shuffle_buffer=8)
+    steps = 8  # an epoch is 6 steps of 4 records
+    full = testing.take(ip.train_dataset(data, **kw), steps)
+    # Shuffled in windows of 8 records, record 5 is read in steps 0-1, record 14 in 2-3:
+    # resume after one, and after both.
+    for start in (2, 4):
+        resumed = testing.take(ip.train_dataset(data, start_step=start, **kw), steps - start)
+        for step, ((x, y), (rx, ry)) in enumerate(zip(full[start:], resumed), start):
+            np.testing.assert_array_equal(ry, y, err_msg=f"labels at step {step}")
+            np.testing.assert_array_equal(rx, x, err_msg=f"images at step {step}")
+    # Epoch 0: every good record once; each failed one replaced by a good record of its
+    # own batch, so that the batch keeps its 4 rows.
+    epoch = np.concatenate([y for _, y in full[:6]])
+    assert sorted(set(epoch)) == sorted(set(range(24)) - {5, 14})
+    assert len(epoch) == 24 and sum(len(set(y)) < 4 for _, y in full[:6]) in (1, 2)
+    for x, y in full:  # the image is the record's own (pixels i <-> label i)
+        np.testing.assert_allclose(x[:, 0, 0, 0], y / 127.5 - 1.0, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        testing.take(ip.train_dataset(data, strict=True, **kw), 6)
+
+
+def test_eval_gives_records_that_do_not_decode_weight_0_in_place(tmp_path):
+    data = _data_with_bad_records(tmp_path)
+    batches = list(ip.eval_dataset(data, split="train", batch_size=5, image_size=4, num_classes=24))
+    weights = np.concatenate([w for _, _, w in batches])
+    labels = np.concatenate([y for _, y, _ in batches])
+    assert len(weights) == 25  # 24 records and one padding row
+    np.testing.assert_array_equal(np.flatnonzero(weights == 0), [5, 14, 24])
+    good = weights > 0
+    np.testing.assert_array_equal(labels[good], np.delete(np.arange(24), [5, 14]))
+
+
+def test_failed_rows_take_the_good_rows_of_their_batch_in_turn():
+    images = tf.constant([[0.0], [1.0], [2.0], [3.0], [4.0]])
+    ok = tf.constant([False, True, False, False, True])
+    filled, labels = ip.fill_failed_rows(images, tf.range(5), ok)
+    np.testing.assert_array_equal(labels, [1, 1, 4, 1, 4])
+    np.testing.assert_array_equal(filled[:, 0], [1, 1, 4, 1, 4])
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="none of the 5 records of a batch decode"
+    ):
+        ip.fill_failed_rows(images, tf.range(5), tf.zeros([5], tf.bool))

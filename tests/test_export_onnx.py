@@ -1,4 +1,4 @@
-"""ONNX files (tools/export_onnx.py, deploy/onnx.py): a tiny ViT and a tiny hybrid,
+"""ONNX files (tools/export_onnx.py, deploy/onnx_*.py): a tiny ViT and a tiny hybrid,
 exported through Keras' own exporter and run by onnxruntime on real Fashion-MNIST
 images, follow the Keras model; dynamic batch and float16; models that cannot be
 exported and a missing dependency are refused with the reason; the CLI's report."""
@@ -11,8 +11,14 @@ import export_testing as et
 import keras
 import numpy as np
 import pytest
-from keras_vit_deploy import datasets
-from keras_vit_deploy import onnx as onnx_export
+from keras_vit_deploy import (
+    datasets,
+    onnx_check,
+    onnx_export,
+    onnx_file,
+    onnx_packages,
+    onnx_runtime,
+)
 
 import keras_vit
 
@@ -20,8 +26,8 @@ pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"
 )
 needs_onnx = pytest.mark.skipif(
-    not all(importlib.util.find_spec(name) for name in onnx_export.REQUIRED),
-    reason=f"needs tf2onnx, onnxruntime and onnx: {onnx_export.INSTALL_COMMAND}",
+    not all(importlib.util.find_spec(name) for name in onnx_packages.REQUIRED),
+    reason=f"needs tf2onnx, onnxruntime and onnx: {onnx_packages.INSTALL_COMMAND}",
 )
 
 NUM_IMAGES = 200
@@ -101,7 +107,7 @@ def test_exported_file_follows_the_keras_model(kind, dynamic_batch, vit, hybrid,
     }
     assert exported["outputs"] == ["logits", "probabilities"]
 
-    classifier = onnx_export.ONNXClassifier(path)
+    classifier = onnx_runtime.ONNXClassifier(path)
     expected = _keras_logits(model, pixels)
     scale = max(1.0, float(np.abs(expected).max()))
     assert scale < 10  # logits of O(1), as LOGIT_RTOL assumes
@@ -110,8 +116,8 @@ def test_exported_file_follows_the_keras_model(kind, dynamic_batch, vit, hybrid,
     probabilities = classifier.predict(pixels)
     assert np.array_equal(probabilities.argmax(1), expected.argmax(1))
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
-    counts = onnx_export.operator_counts(path)
-    assert not onnx_export.non_standard_ops(counts)
+    counts = onnx_file.operator_counts(path)
+    assert not onnx_file.non_standard_ops(counts)
     assert {"Conv", "MatMul", "Softmax", "Tanh"} <= set(counts)  # tanh GELU stays tanh
     if kind == "hybrid":
         assert counts["Conv"] >= 8 and "MaxPool" in counts  # the ResNet is in the file
@@ -125,13 +131,13 @@ def test_float16_runs_and_halves_the_weights(vit, images, tmp_path):
         onnx_export.export_keras_model(vit, path, precision)
     expected = et.keras_probabilities(vit, pixels)
     assert len(set(expected.argmax(1))) >= 3  # agreement below means something
-    produced = onnx_export.ONNXClassifier(paths["float16"]).predict(pixels)
+    produced = onnx_runtime.ONNXClassifier(paths["float16"]).predict(pixels)
     agreement, max_delta = FLOAT16_BOUNDS
     assert np.mean(produced.argmax(1) == expected.argmax(1)) >= agreement
     assert np.abs(produced - expected).max() <= max_delta
-    assert "Cast" in onnx_export.operator_counts(paths["float16"])
+    assert "Cast" in onnx_file.operator_counts(paths["float16"])
     # float16 weights; LayerNorm scales and biases stay float32, as Keras keeps them.
-    assert onnx_export.constant_bytes(paths["float16"]) <= 0.55 * onnx_export.constant_bytes(
+    assert onnx_file.constant_bytes(paths["float16"]) <= 0.55 * onnx_file.constant_bytes(
         paths["float32"]
     )
 
@@ -142,8 +148,8 @@ def test_the_check_after_export_catches_a_file_that_computes_something_else(vit,
     onnx_export.export_keras_model(vit, path)
     other = et._architecture()
     other.set_weights([w * 1.5 for w in vit.get_weights()])
-    with pytest.raises(onnx_export.ExportError, match="differ from the Keras model's by"):
-        onnx_export.check_file(path, onnx_export.prepare(other))
+    with pytest.raises(onnx_packages.ExportError, match="differ from the Keras model's by"):
+        onnx_check.check_file(path, onnx_export.prepare(other))
 
 
 @needs_onnx
@@ -157,8 +163,8 @@ def test_exported_file_follows_models_of_any_output(case, tmp_path):
     exported = onnx_export.export_keras_model(model, path)
     assert exported["outputs"] == [output]
     assert exported["input"]["shape"] == [1, 16, 16, model.channels]
-    classifier = onnx_export.ONNXClassifier(path)
-    assert classifier.main_output == output
+    classifier = onnx_runtime.ONNXClassifier(path)
+    assert classifier.output_name == output
     pixels = et.random_pixels(6, (16, 16), model.channels)
     expected = et.keras_outputs(model, pixels)
     assert expected.shape == (6, *shape)
@@ -171,7 +177,7 @@ def test_models_that_cannot_be_exported_are_refused_naming_why():
     logits = keras.layers.Dense(et.NUM_CLASSES)(keras.layers.GlobalAveragePooling2D()(inputs))
     model = keras.Model(inputs, logits, name="any_size")
     with pytest.raises(
-        onnx_export.ExportError,
+        onnx_packages.ExportError,
         match=r"'any_size' takes images of any size \(input size None x None\); the ONNX "
         r"file is written at one fixed H x W: build the model at a fixed size for export",
     ):
@@ -179,13 +185,13 @@ def test_models_that_cannot_be_exported_are_refused_naming_why():
     images = keras.Input((8, 8, 3), name="image")
     pooled = keras.layers.GlobalAveragePooling2D()(images)
     two = keras.Model(images, [pooled, pooled], name="two_outputs")
-    with pytest.raises(onnx_export.ExportError, match="'two_outputs' has 1 inputs and 2 outputs"):
+    with pytest.raises(onnx_packages.ExportError, match="'two_outputs' has 1 inputs and 2 outputs"):
         onnx_export.prepare(two)
 
 
 def test_an_unknown_precision_is_refused(vit):
     with pytest.raises(
-        onnx_export.ExportError, match="precision='int8': expected one of float32, float16"
+        onnx_packages.ExportError, match="precision='int8': expected one of float32, float16"
     ):
         onnx_export.prepare(vit, "int8")
 
@@ -193,7 +199,7 @@ def test_an_unknown_precision_is_refused(vit):
 def test_a_missing_dependency_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "tf2onnx", None)  # `import tf2onnx` raises ImportError
     with pytest.raises(
-        onnx_export.ExportError,
+        onnx_packages.ExportError,
         match=r"needs tf2onnx \(not installed\): `pip install -e '\.\[onnx\]'`",
     ):
         onnx_export.export_keras_model(et._architecture(), str(tmp_path / "x.onnx"))
@@ -220,7 +226,7 @@ def test_cli_run_dir_with_report(vit, tmp_path):
     assert "tf2onnx" not in result.stderr and "Saved artifact" not in result.stdout
     written = json.loads(report_path.read_text())
     assert written["file_size_bytes"] == output.stat().st_size
-    assert written["op_counts"] == onnx_export.operator_counts(str(output))
+    assert written["op_counts"] == onnx_file.operator_counts(str(output))
     assert written["standard_ops_only"] is True and written["reference"] == "keras"
     assert written["precision"] == "float32" and written["dynamic_batch"] is True
     assert written["input"] == {"shape": [None, 28, 28, 3], "dtype": "float32"}
@@ -228,7 +234,7 @@ def test_cli_run_dir_with_report(vit, tmp_path):
 
     pixels, labels = et.fashion_mnist(100)
     expected = et.keras_probabilities(vit, pixels)
-    produced = onnx_export.ONNXClassifier(str(output)).predict(pixels)
+    produced = onnx_runtime.ONNXClassifier(str(output)).predict(pixels)
     assert written["num_images"] == 100
     assert written["top1_agreement"] == pytest.approx(
         np.mean(produced.argmax(1) == expected.argmax(1))
@@ -241,6 +247,7 @@ def test_cli_run_dir_with_report(vit, tmp_path):
     assert written["max_abs_delta_probability"] <= 0.5 * LOGIT_RTOL * scale
     assert written["reference_accuracy"] == pytest.approx(np.mean(expected.argmax(1) == labels))
     assert written["onnx_accuracy"] == pytest.approx(np.mean(produced.argmax(1) == labels))
+    assert "tflite_accuracy" not in written  # the accuracy is named after the runtime
     for timing in [*written["latency_per_image"].values(), written["keras_latency_per_image"]]:
         assert timing["repeats"] == 20 and 0 < timing["median_ms"] < 1000
     assert set(written["latency_per_image"]) == {"1_threads", "2_threads"}

@@ -24,6 +24,7 @@ NUM_IMAGES = 6
 # can then differ by ~1e-5 and probabilities by as much; scaling, resizing or
 # channel mistakes move them by orders of magnitude more.
 ATOL = 5e-5
+MAX_PIXELS = 1_000_000  # --max_pixels of the CLI export (the default is 40 megapixels)
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +42,13 @@ def exported(tmp_path_factory):
             f"--run_dir={run_dir}",
             f"--class_names={names}",
             "--top_k=3",
+            f"--max_pixels={MAX_PIXELS}",
             f"--output={output}",
         ]
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "signatures: serving_default, predict_images" in result.stdout
+    assert f"encoded images up to {MAX_PIXELS} pixels" in result.stdout
     return model, output
 
 
@@ -260,6 +263,20 @@ def test_bad_requests_fail_naming_the_problem(loaded, images):
         loaded.signatures["predict_images_float32"],
         r"got shape\] \[2 32 32 3\]",
         images=np.zeros((2, 32, 32, 3), np.float32),
+    )
+
+
+def test_the_max_pixels_flag_sets_the_limit_of_the_export(exported, loaded):
+    assert serving.read_metadata(exported[1])["max_pixels"] == MAX_PIXELS
+    at_limit = tf.io.encode_png(np.zeros((1000, 1000, 1), np.uint8)).numpy()
+    above = tf.io.encode_png(np.zeros((1000, 1001, 1), np.uint8)).numpy()
+    serve = loaded.signatures["serving_default"]
+    assert serve(images=tf.constant([at_limit]))["probabilities"].shape == (1, et.NUM_CLASSES)
+    _fails(
+        serve,
+        r"serving_default: the image at batch index 1 has 1001000 pixels \(1000 x 1001\), "
+        f"more than the limit of {MAX_PIXELS} pixels",
+        images=[at_limit, above],
     )
 
 

@@ -10,7 +10,15 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_deploy import datasets, interpreter, preprocessing, report, serving, tflite
+from keras_vit_deploy import (
+    datasets,
+    keras_runtime,
+    preprocessing,
+    report,
+    serving,
+    tflite,
+    tflite_runtime,
+)
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"
@@ -77,7 +85,7 @@ def test_converted_file_follows_the_keras_model(quantization, converted, model, 
     pixels, _ = images
     expected = et.keras_probabilities(model, pixels)
     assert len(set(expected.argmax(1))) >= 3  # agreement below means something
-    result = interpreter.TFLiteClassifier(converted[quantization]).predict(pixels)
+    result = tflite_runtime.TFLiteClassifier(converted[quantization]).predict(pixels)
     agreement, max_delta = BOUNDS[quantization]
     assert np.mean(result.argmax(1) == expected.argmax(1)) >= agreement
     assert np.abs(result - expected).max() <= max_delta
@@ -106,15 +114,15 @@ def test_ops_are_builtin_and_int8_takes_uint8_pixels(converted):
         assert not tflite.non_builtin_ops(counts), (quantization, counts)
         # The encoder's matmuls, the tanh GELU and the softmax are all there.
         assert {"CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "GELU", "SOFTMAX"} <= set(counts)
-    int8 = interpreter.TFLiteClassifier(converted["int8"])
+    int8 = tflite_runtime.TFLiteClassifier(converted["int8"])
     assert int8.input["dtype"] == np.uint8
     assert tuple(int8.input["shape"]) == (1, et.IMAGE_SIZE, et.IMAGE_SIZE, 3)
-    assert interpreter.TFLiteClassifier(converted["none"]).input["dtype"] == np.float32
+    assert tflite_runtime.TFLiteClassifier(converted["none"]).input["dtype"] == np.float32
 
 
 def _operator_input_dtypes(content):
     """{operator kind: set of its first input's dtype names} of a .tflite file."""
-    runner = interpreter.make_interpreter(content)
+    runner = tflite_runtime.make_interpreter(content)
     runner.allocate_tensors()
     dtypes = {t["index"]: np.dtype(t["dtype"]).name for t in runner.get_tensor_details()}
     kinds = {}
@@ -129,7 +137,7 @@ def test_int8_matmul_quantises_only_the_matmuls(converted):
         assert kinds[kind] == {"int8"}, (kind, kinds[kind])
     for kind in ("BATCH_MATMUL", "SOFTMAX", "GELU", "MEAN"):
         assert kinds[kind] == {"float32"}, (kind, kinds[kind])
-    assert interpreter.TFLiteClassifier(converted["int8_matmul"]).input["dtype"] == np.float32
+    assert tflite_runtime.TFLiteClassifier(converted["int8_matmul"]).input["dtype"] == np.float32
     full = _operator_input_dtypes(converted["int8"])
     assert full["SOFTMAX"] == {"int8"} and full["BATCH_MATMUL"] == {"int8"}
 
@@ -183,7 +191,7 @@ def test_cli_run_dir_int8_with_report(model, calibration_records, tmp_path):
 
     pixels, labels = et.fashion_mnist(100)
     expected = et.keras_probabilities(model, pixels)
-    produced = interpreter.TFLiteClassifier(content).predict(pixels)
+    produced = tflite_runtime.TFLiteClassifier(content).predict(pixels)
     agreement = np.mean(produced.argmax(1) == expected.argmax(1))
     assert written["num_images"] == 100
     assert written["top1_agreement"] == pytest.approx(agreement)
@@ -191,6 +199,7 @@ def test_cli_run_dir_int8_with_report(model, calibration_records, tmp_path):
         np.abs(produced - expected).max(), abs=1e-6
     )
     assert written["reference_accuracy"] == pytest.approx(np.mean(expected.argmax(1) == labels))
+    assert written["tflite_accuracy"] == pytest.approx(np.mean(produced.argmax(1) == labels))
     for threads in ("1_threads", "2_threads"):
         latency = written["latency_per_image"][threads]
         assert latency["repeats"] == 20 and 0 < latency["median_ms"] < 1000
@@ -199,7 +208,7 @@ def test_cli_run_dir_int8_with_report(model, calibration_records, tmp_path):
 def test_report_rejects_labels_of_another_data_set():
     probabilities = np.full((2, 10), 0.1)
     with pytest.raises(datasets.DataError, match="labels up to 42; the model has 10 classes"):
-        report.compare(probabilities, probabilities, labels=np.array([1, 42]))
+        report.compare(probabilities, probabilities, labels=np.array([1, 42]), file_format="tflite")
 
 
 def test_representative_data_that_cannot_match_the_model(saved_model, tmp_path):
@@ -250,20 +259,34 @@ def test_converted_file_follows_models_of_any_output(case):
     saved_model = et.output_case_saved_model(case)
     content = tflite.convert_saved_model(saved_model, "none")
     assert not tflite.non_builtin_ops(tflite.operator_counts(content))
-    runner = interpreter.TFLiteClassifier(content)
+    runner = tflite_runtime.TFLiteClassifier(content)
     assert tuple(runner.input["shape"]) == (1, 16, 16, model.channels)
     assert runner.output_name == output and tuple(runner.output["shape"]) == (1, *shape)
     pixels = et.random_pixels(6, (16, 16), model.channels)
     expected = et.keras_outputs(model, pixels)
     scale = max(1.0, float(np.abs(expected).max()))
     np.testing.assert_allclose(runner.predict(pixels), expected, atol=FEATURE_RTOL * scale)
+    # The Keras model, behind the runtimes' one interface, names its output as the file does.
+    keras_model = keras_runtime.KerasClassifier(model)
+    assert keras_model.output_name == output
+    assert (keras_model.image_size, keras_model.channels) == (runner.image_size, runner.channels)
+    with pytest.raises(
+        ValueError,
+        match=rf"pixels must be \(N, 16, 16, {model.channels}\) for this tflite model, got \(6, 16, 16, 2\)",
+    ):
+        runner.predict(et.random_pixels(6, (16, 16), 2))
     # The report compares what the file returns, against Keras or the SavedModel.
     loaded = tf.saved_model.load(saved_model)
     np.testing.assert_allclose(
         report.saved_model_reference(loaded)(pixels), expected, atol=FEATURE_RTOL * scale
     )
     result = report.build_report(
-        content, "none", report.keras_reference(model), pixels, threads=(1,), latency_repeats=2
+        runner,
+        tflite.file_facts(content, "none"),
+        report.keras_reference(model),
+        pixels,
+        threads=(1,),
+        latency_repeats=2,
     )
     unit = report.UNITS[output]
     assert result["output"] == output and result["input"]["shape"] == [1, 16, 16, model.channels]

@@ -129,12 +129,12 @@ def test_only_the_kshot_images_go_through_the_model(data_dir, model, monkeypatch
 
 
 def test_an_unreadable_kshot_image_falls_back_to_the_whole_split(tmp_path, model, monkeypatch):
-    """A train record whose image does not decode: eval_dataset drops it (later indices
-    shift), so the evaluator extracts the whole split, as before."""
+    """A train record whose image does not decode: eval_dataset gives it weight 0, it
+    has no features (later indices shift), so the evaluator extracts the whole split."""
     from keras_vit_tools import make_tfrecords
 
     # Records from another writer: make_tfrecords itself skips images that do not decode.
-    monkeypatch.setattr(make_tfrecords, "decodes", lambda encoded: True)
+    monkeypatch.setattr(make_tfrecords, "image_problem", lambda encoded, max_pixels: None)
     images, labels = testing.synthetic_split(40, seed=0, num_classes=3)
     encoded = [make_tfrecords.encode_png(i) for i in images]
     # One example of class 3 and it is not an image: every k-shot set holds it.

@@ -24,20 +24,21 @@ def test_latency_without_prepare_calls_only_the_call():
     assert calls == [0, 1, 2]
 
 
-def test_interleaved_runs_every_timer_once_per_round_in_turn_and_keeps_the_median():
+def test_interleaved_runs_every_runtime_once_per_round_in_turn_and_keeps_the_median():
     order = []
 
-    def timer(name, medians):
-        rounds = iter(medians)
+    class Runtime:
+        """A runtime whose `latency_ms` records its calls and returns given medians."""
 
-        def run(pixels, repeats, warmup):
-            order.append((name, pixels, repeats, warmup))
-            return {"median_ms": next(rounds)}
+        def __init__(self, name, medians):
+            self.name, self.rounds = name, iter(medians)
 
-        return run
+        def latency_ms(self, pixels, repeats, warmup):
+            order.append((self.name, pixels, repeats, warmup))
+            return {"median_ms": next(self.rounds)}
 
     result = timing.interleaved_ms(
-        {"a": timer("a", [5.0, 1.0, 3.0]), "b": timer("b", [2.0, 9.0, 4.0])},
+        {"a": Runtime("a", [5.0, 1.0, 3.0]), "b": Runtime("b", [2.0, 9.0, 4.0])},
         "PIXELS",
         rounds=3,
         repeats=7,

@@ -10,7 +10,7 @@ closely onnxruntime follows the Keras model.
 The file takes `images` (1, H, W, C), or (batch, H, W, C) with --dynamic_batch,
 float32 pixels in [0, 255] and returns `logits` and `probabilities` (B, K) for a
 classifier ending in logits, else the model's own output (`probabilities`,
-`scores`, `features` or `feature_map`); see deploy/onnx.py. --report writes
+`scores`, `features` or `feature_map`); see deploy/onnx_file.py. --report writes
 JSON: file size, ONNX operators, agreement (top-1 and max |delta| for
 classifiers, max |delta| for features) against the Keras model on
 --num_eval_images real images (the Fashion-MNIST test set unless --eval_data,
@@ -29,10 +29,10 @@ if __name__ == "__main__":
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
 from absl import app, flags
-from keras_vit_deploy import datasets, preprocessing, serving
+from keras_vit_deploy import datasets, onnx_export, onnx_file, onnx_runtime, preprocessing, serving
 from keras_vit_deploy import flags as deploy_flags
-from keras_vit_deploy import onnx as onnx_export
 from keras_vit_deploy import report as report_lib
+from keras_vit_deploy.onnx_packages import ExportError, require_packages
 
 FLAGS = flags.FLAGS
 deploy_flags.define_model_flags()
@@ -58,8 +58,8 @@ flags.DEFINE_integer("latency_repeats", 200, "Timed runs per thread count (and f
 def main(argv):
     deploy_flags.check_command_line(argv, "--output=FILE.onnx")
     try:
-        onnx_export.require_packages()
-    except onnx_export.ExportError as e:
+        require_packages()
+    except ExportError as e:
         raise SystemExit(f"error: {e}") from e
     try:
         model = deploy_flags.model_from_flags()
@@ -77,9 +77,9 @@ def main(argv):
         exported = onnx_export.export_keras_model(
             model, FLAGS.output, FLAGS.precision, FLAGS.dynamic_batch, FLAGS.opset
         )
-    except onnx_export.ExportError as e:
+    except ExportError as e:
         raise SystemExit(f"error: {e}") from e
-    counts = onnx_export.operator_counts(FLAGS.output)
+    counts = onnx_file.operator_counts(FLAGS.output)
     batch = exported["input"]["shape"][0] or "dynamic"
     print(
         f"Wrote {FLAGS.output} ({os.path.getsize(FLAGS.output)} bytes, {FLAGS.precision}, "
@@ -97,9 +97,9 @@ def main(argv):
             "dynamic_batch": FLAGS.dynamic_batch,
             "export_check": exported["check"],
         }
-        result = onnx_export.build_report(
-            FLAGS.output,
-            FLAGS.precision,
+        result = report_lib.build_report(
+            onnx_runtime.ONNXClassifier(FLAGS.output),
+            onnx_file.file_facts(FLAGS.output, FLAGS.precision),
             report_lib.keras_reference(model),
             pixels,
             labels,

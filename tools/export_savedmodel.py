@@ -5,12 +5,14 @@ SavedModel for TF Serving.
       [--num_classes=K] [--image_size=S] [--class_names=FILE] --output=DIR
   python tools/export_savedmodel.py --run_dir=RUN [--class_names=FILE] --output=DIR
   (either, and: [--channels=C] [--noinclude_top [--pooling=none|token|avg|max]]
-   [--classifier_activation=softmax])
+   [--classifier_activation=softmax] [--max_pixels=N])
 
 Signatures: serving_default (encoded JPEG/PNG strings), predict_images (uint8
 pixels), predict_images_float32, predict_examples (serialized tf.Example), named
 features_* / feature_map_* for headless models; see deploy/serving.py and
-docs/deployment.md.
+docs/deployment.md. The encoded-image signatures refuse an image whose header
+declares more than --max_pixels pixels, before decoding it; the limit is printed and
+written to the SavedModel's metadata (deploy/serving.py, `read_metadata`).
 """
 
 import os
@@ -23,7 +25,7 @@ os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
 from absl import app, flags
 from keras_vit_deploy import flags as deploy_flags
-from keras_vit_deploy import serving, sources
+from keras_vit_deploy import image_header, serving, sources
 
 FLAGS = flags.FLAGS
 deploy_flags.define_model_flags()
@@ -36,6 +38,13 @@ flags.DEFINE_string(
     "adds the top_k_names output.",
 )
 flags.DEFINE_integer("top_k", 5, "How many classes the top_k_* outputs hold.")
+flags.DEFINE_integer(
+    "max_pixels",
+    image_header.DEFAULT_MAX_PIXELS,
+    "The encoded-image signatures refuse an image whose header declares more pixels "
+    "(height x width), before decoding it.",
+    lower_bound=1,
+)
 flags.DEFINE_string("output", None, "SavedModel directory to write.")
 
 
@@ -56,7 +65,9 @@ def main(argv):
         )
     except (ValueError, OSError) as e:  # bad flags, unknown variant, missing files
         raise app.UsageError(str(e)) from e
-    signatures = serving.export_saved_model(model, FLAGS.output, names, FLAGS.top_k)
+    signatures = serving.export_saved_model(
+        model, FLAGS.output, names, FLAGS.top_k, FLAGS.max_pixels
+    )
     returns = (
         f"{outputs.num_classes} classes ({outputs.name})"
         if outputs.kind == "classifier"
@@ -64,7 +75,8 @@ def main(argv):
     )
     print(
         f"Wrote {FLAGS.output}: model '{model.name}', image size {outputs.image_size}, "
-        f"{outputs.channels} channels, {returns}; signatures: {', '.join(signatures)}"
+        f"{outputs.channels} channels, {returns}; signatures: {', '.join(signatures)}; "
+        f"encoded images up to {FLAGS.max_pixels} pixels"
     )
 
 

@@ -29,7 +29,7 @@ if __name__ == "__main__":
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
 from absl import app, flags
-from keras_vit_deploy import datasets, preprocessing, serving, tflite
+from keras_vit_deploy import datasets, preprocessing, serving, tflite, tflite_runtime
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib
 
@@ -41,8 +41,8 @@ flags.DEFINE_enum("quantization", "none", tflite.QUANTIZATIONS, "Weights/activat
 flags.DEFINE_string(
     "representative_data",
     None,
-    "TFRecord glob (tf.train.Example with "
-    "'image/encoded') to calibrate --quantization=int8 or int8_matmul.",
+    "TFRecord glob (tf.train.Example in the trainer's format, deploy/records.py) "
+    "to calibrate --quantization=int8 or int8_matmul.",
 )
 flags.DEFINE_integer("num_calibration_images", 200, "Representative images used.")
 flags.DEFINE_string("output", None, ".tflite file to write.")
@@ -126,8 +126,8 @@ def main(argv):
             "representative_data": FLAGS.representative_data,
         }
         result = report_lib.build_report(
-            content,
-            FLAGS.quantization,
+            tflite_runtime.TFLiteClassifier(content),
+            tflite.file_facts(content, FLAGS.quantization),
             reference,
             pixels,
             labels,

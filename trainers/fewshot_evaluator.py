@@ -12,13 +12,13 @@ features of the whole split) and features are computed for their union
 e.g. 25 x 10 x 3 = 750 instead of 60,000). The test split is read in full (up to
 `max_test_examples`). Feature extraction shows a progress bar (trainers/console.py).
 
-Example i of a split is the i-th example `input_pipeline.eval_dataset` yields over
-its first `max_*_examples` records. Should a k-shot image fail to decode (that
-example is then missing from eval_dataset and the later indices shift), the
-evaluator warns and falls back to extracting the whole train split (from then on).
-An undecodable image outside the k-shot sets is not noticed: the draws then index
-the records with a readable label, a shift of the later indices from what full
-extraction would number them (still k balanced, seeded examples per class).
+Example i of a split is the i-th example with features: `input_pipeline.eval_dataset`
+over its first `max_*_examples` records, less those of weight 0. Should a k-shot image
+fail to decode (eval_dataset then gives it weight 0, it has no features and the later
+indices shift), the evaluator warns and falls back to extracting the whole train split
+(from then on). An undecodable image outside the k-shot sets is not noticed: the draws
+then index the records with a readable label, a shift of the later indices from what
+full extraction would number them (still k balanced, seeded examples per class).
 
 Options (defaults: configs/common.py `fewshot_eval`): shots, num_seeds, l2,
 representation ('pre_logits' | 'token' | 'gap'), train_split, test_split,
@@ -31,6 +31,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from keras_vit_configs import common
+from keras_vit_deploy import records
 from keras_vit_trainers import console, input_pipeline
 
 from keras_vit import fewshot
@@ -40,35 +41,10 @@ log = logging.getLogger("trainers")
 DEFAULTS = {k: v for k, v in common.fewshot_eval().items() if k not in ("type", "every")}
 
 
-def _first(info, max_examples):
-    """The split `info` cut to its first `max_examples` records."""
-    if not max_examples or max_examples >= info.num_examples:
-        return info
-    counts, left = [], int(max_examples)
-    for count in info.counts:
-        counts.append(min(count, left))
-        left -= counts[-1]
-    info.counts, info.num_examples = counts, int(max_examples)
-    return info
-
-
-def _records(info):
-    """The records `input_pipeline.eval_dataset` reads from `info`, in its order."""
-    ds = tf.data.Dataset.from_tensor_slices((info.files, tf.constant(info.counts, tf.int64)))
-    return ds.flat_map(lambda f, c: tf.data.TFRecordDataset(f).take(c))
-
-
-_LABEL_SPEC = {"image/class/label": tf.io.VarLenFeature(tf.int64)}
-
-
 def _labels_batched(info, batch_size, bar):
     """read_labels' fast path: records parsed a batch at a time. Raises
     tf.errors.OpError, or ValueError for a record without a label."""
-    ds = (
-        _records(info)
-        .batch(batch_size)
-        .map(lambda r: tf.io.parse_example(r, _LABEL_SPEC)["image/class/label"])
-    )
+    ds = records.read_records(info).batch(batch_size).map(records.parse_labels)
     labels = []
     for sparse in ds.prefetch(tf.data.AUTOTUNE):
         rows, values = sparse.indices.numpy()[:, 0], sparse.values.numpy()
@@ -86,13 +62,11 @@ def _labels_per_record(info, batch_size, bar):
     """read_labels' slow path: one record at a time, unparsable ones skipped."""
 
     def label(position, record):
-        labels = tf.sparse.to_dense(
-            tf.io.parse_single_example(record, _LABEL_SPEC)["image/class/label"]
-        )
+        labels = tf.sparse.to_dense(records.parse_labels(record[None]))[0]
         return position, tf.cast(labels[0], tf.int32)  # as input_pipeline.parse
 
     ds = (
-        _records(info)
+        records.read_records(info)
         .enumerate()
         .map(label, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     )
@@ -110,7 +84,7 @@ def read_labels(info, batch_size=4096, desc="few-shot labels"):
     example i is record positions[i] of the split (0-based over the records read)
     and has label labels[i] (the first of the record's labels, as
     `input_pipeline.parse`). Records whose label does not parse are skipped, as
-    eval_dataset skips them."""
+    their weight 0 in eval_dataset leaves them out of the features."""
     with console.Progress(info.num_examples, f"{desc} ({info.name})", unit="record") as bar:
         try:
             return _labels_batched(info, batch_size, bar)
@@ -207,7 +181,7 @@ class FewShotEvaluator:
             info = input_pipeline.get_split(
                 self.data_dir, split, self.strict, self.verify_max_bytes
             )
-            self._splits[key] = _first(info, max_examples)
+            self._splits[key] = records.first_examples(info, max_examples)
         return self._splits[key]
 
     def _batches(self, split, max_examples):

@@ -22,19 +22,22 @@ subset of shards; what you want for ImageNet-21k-sized data).
 
 Corrupt data: at start-up every shard is scanned (when the split is smaller than
 `verify_max_bytes`); a shard that fails its CRC check is cut at its last good record,
-the lost records are counted and a warning names the shard. Records that still fail
-to parse/decode at run time are dropped by `ignore_errors` with a TF warning.
+the lost records are counted and a warning names the shard. A record that still fails
+to parse or decode at run time (or declares more than `max_pixels` pixels,
+deploy/image_header.py) keeps its position (`map_keeping_positions`): it is logged
+as `ignore_errors` logs it and becomes a placeholder, which in training takes the image
+and label of a good record of the same batch (`fill_failed_rows`), and in evaluation
+gets weight 0. Every step thus reads the same records, whichever of them decode, and
+a resumed run skips records, not decoded examples, without decoding what it skips.
 `strict=True` makes both fatal instead.
 """
 
-import dataclasses
-import json
 import logging
 import os
 
 import tensorflow as tf
 from keras_vit_configs.common import VERIFY_MAX_BYTES
-from keras_vit_deploy import datasets
+from keras_vit_deploy import image_header, records
 from keras_vit_trainers import augment as augment_lib
 
 from keras_vit.preprocessing import PIXEL_SCALE
@@ -43,43 +46,10 @@ AUTOTUNE = tf.data.AUTOTUNE
 MEAN, SCALE = PIXEL_SCALE, PIXEL_SCALE  # [0, 255] -> [-1, 1], as the official code.
 
 
-DataError = datasets.DataError  # a data directory that is missing, empty or unusable
-
-
-@dataclasses.dataclass
-class Split:
-    name: str
-    files: list  # full paths, in manifest order
-    counts: list  # usable records per file
-    num_examples: int
-    skipped_records: int = 0
-    corrupt_files: tuple = ()
-
-
-def read_manifest(data_dir):
-    if not data_dir:
-        raise DataError("--data_dir is required (a directory written by tools/make_tfrecords.py)")
-    if not tf.io.gfile.isdir(data_dir):
-        raise DataError(
-            f"--data_dir={data_dir}: no such directory. Create it with "
-            f"`python tools/make_tfrecords.py --output_dir={data_dir}`."
-        )
-    path = os.path.join(data_dir, "manifest.json")
-    if not tf.io.gfile.exists(path):
-        shards = tf.io.gfile.glob(os.path.join(data_dir, "*.tfrecord*"))
-        raise DataError(
-            f"--data_dir={data_dir}: no manifest.json"
-            + (" (and no .tfrecord shards)" if not shards else "")
-            + f". Create it with `python tools/make_tfrecords.py --output_dir={data_dir}`."
-        )
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(
-            f"{path}: not valid JSON ({e}). Write the folder again with "
-            f"`python tools/make_tfrecords.py --output_dir={data_dir}`."
-        ) from e
+# The record format and its manifest: deploy/records.py (one owner, shared with the writer).
+DataError = records.DataError  # a data directory that is missing, empty or unusable
+Split = records.Split
+read_manifest = records.read_manifest
 
 
 def _scan(path, expected, strict):
@@ -106,25 +76,8 @@ def _scan(path, expected, strict):
 
 def get_split(data_dir, split, strict=False, verify_max_bytes=VERIFY_MAX_BYTES):
     """Locates a split's shards; scans them for corruption when they are small enough."""
-    manifest = read_manifest(data_dir)
-    splits = manifest.get("splits", {})
-    if split not in splits:
-        raise DataError(
-            f"--data_dir={data_dir}: no split {split!r} in manifest.json "
-            f"(has {', '.join(splits) or 'none'})"
-        )
-    shards = splits[split]["shards"]
-    files = [os.path.join(data_dir, s["file"]) for s in shards]
-    missing = [f for f in files if not tf.io.gfile.exists(f)]
-    if missing:
-        raise DataError(
-            f"--data_dir={data_dir}: shard(s) listed in manifest.json are missing: "
-            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
-        )
-    counts = [s["count"] for s in shards]
-    if not sum(counts):
-        raise DataError(f"--data_dir={data_dir}: split {split!r} is empty")
-    result = Split(split, files, list(counts), sum(counts))
+    result = records.split_records(data_dir, split)
+    files, counts = result.files, list(result.counts)
     if sum(tf.io.gfile.stat(f).length for f in files) > verify_max_bytes:
         return result
     corrupt = []
@@ -158,25 +111,14 @@ def get_split(data_dir, split, strict=False, verify_max_bytes=VERIFY_MAX_BYTES):
 
 def first_examples(info, max_examples):
     """`info` limited to its first `max_examples` records in manifest order
-    (`config.train_examples`, e.g. a small labelled subset); 0/None: all."""
-    if not max_examples:
-        return info
-    if max_examples > info.num_examples:
+    (`config.train_examples`, e.g. a small labelled subset); 0/None: all. More than
+    the split holds is a DataError."""
+    if max_examples and max_examples > info.num_examples:
         raise DataError(
             f"config.train_examples={max_examples}: split {info.name!r} has only "
             f"{info.num_examples} usable examples"
         )
-    counts, left = [], int(max_examples)
-    for c in info.counts:
-        counts.append(min(c, left))
-        left -= counts[-1]
-    keep = [i for i, c in enumerate(counts) if c]
-    return dataclasses.replace(
-        info,
-        files=[info.files[i] for i in keep],
-        counts=[counts[i] for i in keep],
-        num_examples=int(max_examples),
-    )
+    return records.first_examples(info, max_examples)
 
 
 def get_num_classes(data_dir):
@@ -187,24 +129,23 @@ def get_num_classes(data_dir):
 
 
 def parse(serialized, num_classes, multi_label):
-    features = tf.io.parse_single_example(
-        serialized,
-        {
-            "image/encoded": tf.io.FixedLenFeature([], tf.string),
-            "image/class/label": tf.io.VarLenFeature(tf.int64),
-        },
-    )
-    labels = tf.sparse.to_dense(features["image/class/label"])
+    """A serialized example -> (encoded image, label): int32 () (the first of its
+    labels), or multi_label float32 (num_classes,) multi-hot."""
+    encoded, labels = records.parse_example(serialized)
     if multi_label:
         label = tf.reduce_max(tf.one_hot(labels, num_classes), axis=0)
     else:
         label = tf.cast(labels[0], tf.int32)
-    return features["image/encoded"], label
+    return encoded, label
 
 
-def decode(encoded):
-    """PNG/JPEG bytes -> uint8 (H, W, 3); grayscale is repeated to 3 channels."""
-    return tf.io.decode_image(encoded, channels=3, expand_animations=False)
+def decode(encoded, max_pixels=image_header.DEFAULT_MAX_PIXELS):
+    """PNG/JPEG (GIF/BMP) bytes -> uint8 (H, W, 3); grayscale is repeated to 3
+    channels. An image whose header declares more than `max_pixels` pixels (or
+    does not give its size) fails before it is decoded, as one that does not decode."""
+    where = "input pipeline: an image"
+    with tf.control_dependencies([image_header.assert_max_pixels(encoded, max_pixels, where)]):
+        return tf.io.decode_image(encoded, channels=3, expand_animations=False)
 
 
 def scale(image):
@@ -271,6 +212,88 @@ def preprocess_eval(image, image_size):
     return scale(tf.image.resize(image, image_size))
 
 
+# --- records that do not decode ----------------------------------------------------
+
+
+# Records that `map_keeping_positions` maps in one small dataset (whose errors it skips).
+KEEPING_CHUNK = 64
+
+
+def map_keeping_positions(ds, fn):
+    """`ds.map(fn)` that yields one element for every element of `ds`: (*fn's
+    outputs, True), or where `fn` fails (the error logged, as `ignore_errors` logs it)
+    zeros of the same shapes and False. Output p is thus always input p. `fn` returns
+    a tuple of tensors of static shapes (e.g. image (H, W, 3), label ()).
+
+    Records go through `fn` in chunks of KEEPING_CHUNK, each chunk a small dataset of
+    its records numbered 0..k-1 whose failures `ignore_errors` drops; the outputs that
+    remain are then placed back at their numbers among zeros."""
+    fn = tf.function(fn)  # traced once for every chunk
+
+    def chunk(*elements):
+        size = tf.shape(tf.nest.flatten(elements)[0], out_type=tf.int64)[0]
+        done = (
+            tf.data.Dataset.from_tensor_slices(elements)
+            .enumerate()
+            .map(lambda i, element: (i, *fn(*element)))
+            .ignore_errors(log_warning=True)
+            .batch(size)
+        )
+        nothing = tuple(tf.zeros([0, *s.shape[1:]], s.dtype) for s in done.element_spec)
+        return (
+            done.concatenate(tf.data.Dataset.from_tensors(nothing))
+            .take(1)
+            .map(lambda numbers, *outputs: _place(numbers, outputs, size))
+        )
+
+    # One element (a chunk) from each input, in turn: the input's order (deterministic).
+    ds = ds.batch(KEEPING_CHUNK).interleave(
+        chunk, block_length=1, num_parallel_calls=AUTOTUNE, deterministic=True
+    )
+    return ds.unbatch()
+
+
+def _place(numbers, outputs, size):
+    """Rows numbers (m,) of a chunk of `size` and their outputs (m, ...) -> the outputs
+    (size, ...) with zeros at the other rows, and (size,) bool: which rows are there."""
+    at = numbers[:, None]
+    placed = tuple(
+        tf.ensure_shape(
+            tf.scatter_nd(at, out, tf.concat([[size], tf.shape(out, tf.int64)[1:]], 0)),
+            [None, *out.shape[1:]],
+        )
+        for out in outputs
+    )
+    there = tf.scatter_nd(at, tf.ones_like(numbers, tf.int32), [size]) > 0
+    return (*placed, there)
+
+
+def fill_failed_rows(images, labels, ok):
+    """A batch (images (B, ...), labels (B, ...), ok (B,) bool from
+    `map_keeping_positions`) -> (images, labels) of the same shapes, each failed row
+    (ok False) replaced by a good row of the batch (the first good row for the first
+    failed one, the second for the second, ..., cyclically). A batch without a good
+    row fails (InvalidArgumentError)."""
+    good = tf.where(ok)[:, 0]
+    num_good = tf.size(good, out_type=tf.int64)
+    check = tf.debugging.Assert(
+        num_good > 0,
+        [
+            tf.strings.format(
+                "input pipeline: none of the {} records of a batch decode", tf.size(ok)
+            )
+        ],
+    )
+    rank = tf.cumsum(tf.cast(tf.logical_not(ok), tf.int64)) - 1  # among the failed rows
+    with tf.control_dependencies([check]):
+        source = tf.where(
+            ok,
+            tf.range(tf.size(ok, out_type=tf.int64)),
+            tf.gather(good, rank % tf.maximum(num_good, 1)),
+        )
+    return tf.gather(images, source), tf.gather(labels, source)
+
+
 # --- datasets -----------------------------------------------------------------
 
 
@@ -297,6 +320,7 @@ def train_dataset(
     batch_fn=None,
     max_examples=0,
     augmentation=None,
+    max_pixels=image_header.DEFAULT_MAX_PIXELS,
 ):
     """Infinite, deterministic stream of (image, label) batches of `batch_size`.
 
@@ -305,7 +329,8 @@ def train_dataset(
     `batch_fn` maps them to. `batch_size` is this pipeline's batch (per replica under
     distribute_datasets_from_function), `global_batch_size` the global one, which with
     `start_step` fixes how many examples to skip on resume. `max_examples` > 0
-    uses only the split's first `max_examples` records (`first_examples`).
+    uses only the split's first `max_examples` records (`first_examples`). An image
+    above `max_pixels` pixels is a record that does not decode (`decode`).
 
     `augmentation`: None (none: today's stream, bit for bit), or a dict given to
     `augment_lib.resolve`, i.e. either its result
@@ -390,14 +415,22 @@ def train_dataset(
         encoded, label = parse(record, num_classes, multi_label)
         example_seed = tf.stack([tf.cast(seed, tf.int64) * 65_537 + epoch, index])
         image = preprocess_train(
-            decode(encoded), example_seed, image_size, augment, area_range, flip, randaug
+            decode(encoded, max_pixels),
+            example_seed,
+            image_size,
+            augment,
+            area_range,
+            flip,
+            randaug,
         )
-        return image, label
+        return tf.ensure_shape(image, [*image_size, 3]), label
 
-    ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
-    if not strict:
-        ds = ds.ignore_errors(log_warning=True)
-    ds = ds.batch(batch_size, drop_remainder=True)
+    if strict:  # a record that does not decode is fatal
+        ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
+        ds = ds.batch(batch_size, drop_remainder=True)
+    else:  # step s reads the same records, whichever decode (module docstring)
+        ds = map_keeping_positions(ds, process).batch(batch_size, drop_remainder=True)
+        ds = ds.map(fill_failed_rows, num_parallel_calls=AUTOTUNE, deterministic=True)
     if batch_fn is not None:
         ds = ds.map(batch_fn, num_parallel_calls=AUTOTUNE, deterministic=True)
     if mixing:
@@ -428,27 +461,30 @@ def eval_dataset(
     verify_max_bytes=VERIFY_MAX_BYTES,
     batch_fn=None,
     info=None,
+    max_pixels=image_header.DEFAULT_MAX_PIXELS,
 ):
     """One pass over `split`, in order, resized and scaled (no augmentation).
 
-    Yields (images, labels, weights): the split is padded with weight-0 copies of
+    Yields (images, labels, weights): example i is record i of the split (weight 0
+    where it does not decode, unless `strict`), and the split is padded with weight-0
     zero images up to a multiple of `batch_size`, so with drop_remainder=True
     (TPUs) every batch has a fixed shape and no example is lost. Pass it to
     `model.evaluate` unsharded: every worker scores the whole split.
     """
     info = info or get_split(data_dir, split, strict, verify_max_bytes)
     image_size = _size(image_size)
-    ds = tf.data.Dataset.from_tensor_slices((info.files, tf.constant(info.counts, tf.int64)))
-    ds = ds.flat_map(lambda f, c: tf.data.TFRecordDataset(f).take(c))
+    ds = records.read_records(info)
 
     def process(record):
         encoded, label = parse(record, num_classes, multi_label)
-        return preprocess_eval(decode(encoded), image_size), label
+        return preprocess_eval(decode(encoded, max_pixels), image_size), label
 
-    ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
-    if not strict:
-        ds = ds.ignore_errors(log_warning=True)
-    ds = ds.map(lambda x, y: (x, y, tf.constant(1.0)))
+    if strict:
+        ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
+        ds = ds.map(lambda x, y: (x, y, tf.constant(1.0)))
+    else:  # a record that does not decode: a zero image of weight 0, in its place
+        ds = map_keeping_positions(ds, process)
+        ds = ds.map(lambda x, y, ok: (x, y, tf.cast(ok, tf.float32)))
     pad = (-info.num_examples) % batch_size
     if pad:
         label = tf.zeros(

@@ -1,9 +1,10 @@
-"""Running a converted classifier with the TFLite interpreter: ai_edge_litert's
-where it is installed (tf.lite.Interpreter is deprecated in its favour), else
-TensorFlow's."""
+"""Running a converted classifier (deploy/tflite.py) with the TFLite interpreter,
+behind the runtimes' one interface (`deploy/report.py`): ai_edge_litert's where it
+is installed (tf.lite.Interpreter is deprecated in its favour), else TensorFlow's."""
 
 import numpy as np
 from keras_vit_deploy import timing
+from keras_vit_deploy.runtime import Runtime
 
 try:
     from ai_edge_litert.interpreter import Interpreter as _Interpreter
@@ -22,7 +23,7 @@ def make_interpreter(content, num_threads=None):
     return _Interpreter(model_content=bytes(content), num_threads=num_threads)
 
 
-class TFLiteClassifier:
+class TFLiteClassifier(Runtime):
     """A converted model (tflite.convert_*): one image per invoke. Its output is
     the file's one output: probabilities (or scores) of a classifier, features or
     a feature map (`deploy/serving.py`).
@@ -32,8 +33,11 @@ class TFLiteClassifier:
         num_threads: interpreter threads (None: the runtime's default).
     """
 
+    file_format = "tflite"
+
     def __init__(self, content, num_threads=None):
-        self.interpreter = make_interpreter(content, num_threads)
+        self.content = bytes(content)
+        self.interpreter = make_interpreter(self.content, num_threads)
         self.interpreter.allocate_tensors()
         self.input = self.interpreter.get_input_details()[0]
         self.output = self.interpreter.get_output_details()[0]
@@ -46,6 +50,20 @@ class TFLiteClassifier:
         ]
         # What the file returns ('probabilities', 'features', ...), from its signature.
         self.output_name = outputs[0] if len(outputs) == 1 else None
+
+    def with_threads(self, num_threads):
+        """The same file in an interpreter of `num_threads` threads."""
+        return TFLiteClassifier(self.content, num_threads)
+
+    def runtime_facts(self):
+        """What the report says of the interpreter and the file's input."""
+        return {
+            "interpreter": INTERPRETER,
+            "input": {
+                "shape": [int(s) for s in self.input["shape"]],
+                "dtype": np.dtype(self.input["dtype"]).name,
+            },
+        }
 
     def _set_input(self, pixels):
         """pixels: (1, H, W, C) in [0, 255] -> the input tensor, quantised when
@@ -70,12 +88,7 @@ class TFLiteClassifier:
     def predict(self, pixels):
         """pixels: uint8 (N, H, W, C) -> the output (N, ...) float32: probabilities
         (N, K) for a classifier."""
-        pixels = np.asarray(pixels)
-        if pixels.ndim != 4 or tuple(pixels.shape[1:]) != (*self.image_size, self.channels):
-            raise ValueError(
-                f"pixels must be (N, {self.image_size[0]}, {self.image_size[1]}"
-                f", {self.channels}) for this file, got {pixels.shape}."
-            )
+        pixels = self.checked_pixels(pixels)
         rows = []
         for image in pixels:
             self._set_input(image[None])
@@ -93,12 +106,3 @@ class TFLiteClassifier:
             warmup,
             prepare=lambda i: self._set_input(pixels[i % len(pixels)][None]),
         )
-
-
-def interleaved_latency_ms(classifiers, pixels, rounds=5, repeats=100, warmup=10):
-    """{name: median over `rounds` of each round's median ms per invoke} for
-    {name: TFLiteClassifier}, timed in turn within every round so that a noisy
-    machine slows them alike; comparisons between them hold within one call
-    (`timing.interleaved_ms`)."""
-    timers = {name: classifier.latency_ms for name, classifier in classifiers.items()}
-    return timing.interleaved_ms(timers, pixels, rounds, repeats, warmup)
