@@ -84,7 +84,7 @@ def recipe(variant, dataset):
         c.evals = dict(validation=common.classification_eval("validation"), fewshot=c.evals.fewshot)
     else:
         c.model_overrides.classifier = "gap"
-        c.model_overrides.representation_size = None
+        c.model_overrides.representation_size = 0  # no pre_logits
         c.loss = "sigmoid"
         c.evals = dict(validation=common.classification_eval("validation"), fewshot=c.evals.fewshot)
     return c

@@ -30,12 +30,18 @@ IMAGENET1K_TRAIN_IMAGES = 1_268_355  # train[:99%] of 1,281,167
 IMAGENET21K_TRAIN_IMAGES = 12_743_321  # ~13M, as in the paper
 
 
-def classification_eval(split="test", every=0, batch_size=0):
+def classification_eval(split="test", every=0, batch_size=0, optional=False):
     """A `classification` evaluator: the compiled metrics on `split`, every `every`
     steps (0: once, at the end of training; -1: never), in batches of `batch_size`
-    (0: the training batch size)."""
+    (0: the training batch size); `optional`: data without the split skip it quietly."""
     return ml_collections.ConfigDict(
-        dict(type="classification", split=split, every=every, batch_size=batch_size)
+        dict(
+            type="classification",
+            split=split,
+            every=every,
+            batch_size=batch_size,
+            optional=optional,
+        )
     )
 
 
@@ -68,7 +74,18 @@ def base_config(model="ViT_B16"):
     # A keras_vit builder name, or a dict of VisionTransformer kwargs; either can replace
     # the other on the command line (--config.model=ViT_Ti16).
     c.model = config_dict.FieldReference(model, field_type=object)
-    c.model_overrides = ml_collections.ConfigDict()  # e.g. dropout_rate, representation_size
+    # VisionTransformer keyword arguments over config.model's, on every config (a builder
+    # name or a dict): --config.model_overrides.stochastic_depth_rate=0.1. None: not set,
+    # the model's own value stands (trainers/train_config.py drops it).
+    c.model_overrides = ml_collections.ConfigDict(
+        dict(
+            dropout_rate=placeholder(float),
+            attention_dropout_rate=placeholder(float),
+            stochastic_depth_rate=placeholder(float),  # of the last block, rising from 0
+            representation_size=placeholder(int),  # 0: no pre_logits layer
+            classifier=placeholder(str),  # token | gap
+        )
+    )
     c.image_size = 224
     c.num_classes = 0  # 0: from the data's manifest.json
     c.objective = "classification"  # trainers/objectives.py registry
@@ -88,15 +105,34 @@ def base_config(model="ViT_B16"):
     c.weight_decay = placeholder(float)  # coupled to the learning rate (param -= lr * wd * param)
     c.grad_clip_norm = 1.0  # global norm of the all-reduced gradient
     c.ema_momentum = 0.0  # > 0: Polyak/EMA weights used for eval and export
+    # Fine-tuning controls (docs/training.md): what trains (none: everything; backbone:
+    # the head only), layer-wise learning-rate decay (1.0: off; trainers/layer_decay.py)
+    # and variables left undecayed (Keras variable names, e.g. ("bias", "gamma",
+    # "beta", "pos_embedding", "cls"); empty: every variable decays, as the official code).
+    c.freeze = "none"
+    c.layer_decay = 1.0
+    c.weight_decay_exclude = ()
     c.mixed_precision = False  # bfloat16 on TPU/CPU, float16 + loss scaling on GPU
     c.steps_per_execution = 1
-    c.jit_compile = False
+    # XLA: "auto" (trainers/config_checks.py resolves it from the strategy, the devices and
+    # the dtype, and logs its choice), True or False.
+    c.jit_compile = config_dict.FieldReference("auto", field_type=object)
     c.deterministic_ops = False
     c.checkpoint_every = 1000
     c.train_split = "train"
     c.train_examples = 0  # > 0: only the first N examples of train_split
-    # Evaluators by name (trainers/evaluators.py); metrics.json has <name>_<metric>.
-    c.evals = ml_collections.ConfigDict(dict(test=classification_eval(), fewshot=fewshot_eval()))
+    # Evaluators by name (trainers/evaluators.py); metrics.json has <name>_<metric>. Model
+    # selection looks at `validation` (at every checkpoint, where the data has the split:
+    # make_tfrecords --holdout makes one); `test` runs once, after training.
+    c.evals = ml_collections.ConfigDict(
+        dict(
+            validation=classification_eval(
+                "validation", every=c.get_ref("checkpoint_every"), optional=True
+            ),
+            test=classification_eval(),
+            fewshot=fewshot_eval(),
+        )
+    )
     c.input = ml_collections.ConfigDict(
         dict(
             augment="inception_crop",  # inception_crop | random_crop | none
@@ -130,5 +166,5 @@ def finetune_config(model="ViT_B16"):
     c.learning_rate = 0.01  # grid {0.001, 0.003, 0.01, 0.03}
     c.image_size = 384
     c.ema_momentum = 0.9999
-    c.model_overrides.representation_size = placeholder(int)
+    c.model_overrides.representation_size = 0  # no pre_logits: the pre-training head goes
     return c

@@ -22,7 +22,6 @@ def get_config():
     config.model.update(dict(patch_size=4, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4))
     config.input.augment = "random_crop"
     config.label_smoothing = 0.0
-    config.jit_compile = False
     config.evals.test.every = 0
     config.objective = "masked_patch"
     config.masked_patch.target = "intensity"  # the rest: configs/common.py MASKED_PATCH

@@ -179,3 +179,87 @@ def test_under_a_tf_distribute_strategy_keras_decides(machine):
         model.compile(loss="mse")
     assert compilation.resolve_auto_jit_compile(model) is None
     assert model.jit_compile is False  # Keras: no XLA under tf.distribute
+
+
+# --- training: `training_jit_compile`, the rule the trainers apply to config.jit_compile ---
+
+
+def _training(requested="auto", strategy="default", device="CPU", replicas=1, **facts):
+    facts = {"compute_dtype": "float32", "cpu_flags": SAPPHIRE_RAPIDS, **facts}
+    return compilation.training_jit_compile(
+        requested, strategy=strategy, device_type=device, replicas=replicas, **facts
+    )
+
+
+@pytest.mark.parametrize(
+    "strategy, device, replicas, dtype, flags, expected",
+    [
+        # One CPU replica: XLA (measured faster for training), float32 even on AVX-512 ...
+        ("default", "CPU", 1, "float32", SAPPHIRE_RAPIDS, True),
+        ("mirrored", "CPU", 1, "float32", ZEN3, True),
+        ("default", "CPU", 1, "float16", SAPPHIRE_RAPIDS, True),
+        ("default", "CPU", 1, "bfloat16", None, True),
+        ("default", "CPU", 1, "bfloat16", ZEN3, True),
+        # ... but not bfloat16 where the CPU has bfloat16 dot products.
+        ("default", "CPU", 1, "bfloat16", SAPPHIRE_RAPIDS, False),
+        ("default", "CPU", 1, "bfloat16", ZEN4, False),
+        # Several CPU replicas: never (mirrored over logical CPUs, or workers).
+        ("mirrored", "CPU", 2, "float32", ZEN3, False),
+        ("multi_worker", "CPU", 2, "float32", ZEN3, False),
+        # One GPU: XLA; several: Keras' choice (none); a TPU: XLA.
+        ("default", "GPU", 1, "float16", None, True),
+        ("mirrored", "GPU", 1, "float32", None, True),
+        ("mirrored", "GPU", 8, "float16", None, False),
+        ("tpu", "TPU", 8, "bfloat16", None, True),
+    ],
+)
+def test_training_auto(strategy, device, replicas, dtype, flags, expected):
+    jit, reason = _training(
+        "auto", strategy, device, replicas, compute_dtype=dtype, cpu_flags=flags
+    )
+    assert jit is expected
+    assert reason and "\n" not in reason
+
+
+def test_training_auto_without_xla_under_op_determinism():
+    jit, reason = _training(deterministic=True)
+    assert jit is False and "determinism" in reason
+
+
+@pytest.mark.parametrize("requested", [True, False])
+def test_training_explicit_is_kept_where_xla_can_train(requested):
+    assert _training(requested, compute_dtype="bfloat16") == (requested, "as configured")
+    assert _training(requested, "mirrored", "GPU", 4) == (requested, "as configured")
+    assert _training(requested, "tpu", "TPU", 8)[0] is requested
+
+
+def test_training_explicit_false_is_kept_where_xla_cannot_train():
+    assert _training(False, "mirrored", replicas=2)[0] is False
+    assert _training(False, deterministic=True)[0] is False
+
+
+@pytest.mark.parametrize(
+    "strategy, named",
+    [
+        ("mirrored", "under the mirrored strategy (XLA reaches no variable on another"),
+        ("multi_worker", "under the multi_worker strategy (XLA has no CPU collectives)"),
+    ],
+)
+def test_training_true_on_several_cpu_replicas_is_an_error_naming_the_strategy(strategy, named):
+    with pytest.raises(compilation.JitCompileError) as error:
+        _training(True, strategy, "CPU", 2)
+    assert named in error.value.reason
+    assert "2 replicas on CPUs" in error.value.reason
+    assert str(error.value).startswith("jit_compile=True: XLA cannot train")
+    assert "jit_compile='auto' or False" in str(error.value)
+
+
+def test_training_true_under_op_determinism_is_an_error():
+    with pytest.raises(compilation.JitCompileError, match="op determinism"):
+        _training(True, deterministic=True)
+
+
+@pytest.mark.parametrize("requested", ["true", "xla", 1, 0, None])
+def test_training_other_values_are_an_error(requested):
+    with pytest.raises(ValueError, match=r"jit_compile=.*: expected 'auto', True or False"):
+        _training(requested)

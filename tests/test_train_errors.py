@@ -1,10 +1,14 @@
-"""Bad inputs fail clearly: missing/empty data_dir, corrupt shards, NaN loss, no TPU."""
+"""Bad inputs fail clearly: missing/empty data_dir, corrupt shards, NaN loss, no TPU; a
+config or --config flag mistake exits with code 2 and one line naming the flag, before any
+model is built (trainers/config_checks.py, trainers/app.py)."""
 
+import contextlib
 import json
 import os
 
 import keras
 import pytest
+from keras_vit_configs import cifar10, fashion_mnist
 from keras_vit_trainers import testing
 
 pytestmark = pytest.mark.skipif(
@@ -79,3 +83,190 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(data, tmp_path):
     assert 1 <= saved == len(finite) < 6  # ... but only finite ones were checkpointed
     assert os.path.exists(os.path.join(run_dir, "checkpoints", "latest.weights.h5"))
     assert not os.path.exists(os.path.join(run_dir, "metrics.json"))
+
+
+# --- config and flag mistakes: exit code 2, one line, no model ----------------------------
+
+# A trainer whose `train_lib.build` says so and exits with 99: a mistake found before the
+# model is built never gets there.
+NOT_BUILT = (
+    "import runpy, sys\n"
+    "from keras_vit_trainers import train_lib\n"
+    "def build(*args, **kwargs):\n"
+    "    print('MODEL BUILT', file=sys.stderr)\n"
+    "    sys.exit(99)\n"
+    "train_lib.build = build\n"
+    "sys.argv = sys.argv[1:]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+MISTAKES = {
+    # The issue's: a run shorter than its warm-up; an AugReg name given to the crop's key.
+    "schedule": (
+        ["--config.warmup_steps=50", "--config.total_steps=20", "--strategy=default"],
+        "--config.total_steps=20 must exceed warmup_steps=50; give a smaller "
+        "--config.warmup_steps or a larger --config.total_steps",
+    ),
+    "augment": (
+        ["--config.input.augment=medium1", "--strategy=default"],
+        "--config.input.augment='medium1': expected inception_crop, random_crop or none; "
+        "'medium1' is an AugReg setting: give --config.input.aug_setting=medium1",
+    ),
+    "jit": (
+        ["--config.jit_compile=True", "--strategy=mirrored", "--cpu_replicas=2"],
+        "--config.jit_compile=True: XLA cannot train 2 replicas on CPUs under the mirrored "
+        "strategy",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def mistakes(data, tmp_path_factory):
+    """{mistake: its trainer process, running} (all started at once), and a key of a dict
+    model given to a builder-name config (cifar10's ViT_B16; testing.TINY sets
+    --config.model.hidden_size), which ml_collections rejects while parsing the flags."""
+    runs = {
+        name: testing.trainer_cmd("pretrain", data, str(tmp_path_factory.mktemp(name)), *flags)
+        for name, (flags, _) in MISTAKES.items()
+    }
+    runs["builder_key"] = testing.trainer_cmd(
+        "pretrain", data, str(tmp_path_factory.mktemp("key")), config="configs/cifar10.py"
+    )
+    with contextlib.ExitStack() as stack:
+        yield {
+            name: stack.enter_context(
+                testing.started([testing.PY, "-c", NOT_BUILT, *cmd[1:]], env=testing.env())
+            )
+            for name, cmd in runs.items()
+        }
+
+
+def _one_line_error(process):
+    """The process's one `error:` line, after checking exit code 2, no traceback, no model."""
+    _, err = process.communicate(timeout=240)
+    assert process.returncode == 2, err[-3000:]
+    assert "Traceback" not in err and "MODEL BUILT" not in err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, err[-3000:]
+    return errors[0][len("error: ") :]
+
+
+@pytest.mark.parametrize("name", MISTAKES)
+def test_a_mistake_exits_2_with_one_line_naming_the_flag(mistakes, name):
+    assert _one_line_error(mistakes[name]).startswith(MISTAKES[name][1])
+
+
+def test_a_dict_model_key_given_to_a_builder_name_exits_2_naming_the_fix(mistakes):
+    assert _one_line_error(mistakes["builder_key"]) == (
+        "--config.model.hidden_size: config.model is the builder name 'ViT_B16', which has no "
+        "keys; give --config.model=\"{'variant': 'ViT_B16', 'hidden_size': ...}\" (a dict model)"
+    )
+
+
+def _check(overrides, config=None):
+    """config_checks.check on fashion_mnist (pretrain) with `overrides` and no evals, under
+    the default strategy: the jit_compile it returns."""
+    import tensorflow as tf
+    from keras_vit_trainers import config_checks, train_config
+
+    resolved = train_config.resolve(
+        config or fashion_mnist.get_config(), "pretrain", {"evals": {}, **overrides}
+    )
+    return config_checks.check(
+        resolved,
+        tf.distribute.get_strategy(),
+        data_dir=None,
+        num_classes=4,
+        total_steps=resolved.total_steps,
+    )
+
+
+def test_the_shipped_config_passes_the_checks():
+    assert _check({}) in (True, False)
+    assert _check({}, cifar10.get_config()) in (True, False)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"total_steps": 20, "warmup_steps": 50}, "--config.total_steps=20 must exceed"),
+        ({"decay_type": "step"}, "--config.decay_type='step': expected linear, cosine"),
+        ({"optimizer": "lamb"}, "--config.optimizer='lamb': expected adamw or sgd"),
+        ({"loss": "hinge"}, "--config.loss='hinge': expected softmax or sigmoid"),
+        ({"objective": "jigsaw"}, "--config.objective='jigsaw': expected one of"),
+        ({"input.augment": "light2"}, "give --config.input.aug_setting=light2"),
+        ({"input.augment": "crop"}, "--config.input.augment='crop': expected inception_crop"),
+        ({"input.aug_setting": "medium9"}, "--config.input.aug_setting='medium9': expected one"),
+        ({"input.randaug": "(2,x)"}, "--config.input.randaug='(2,x)': expected None"),
+        ({"input.mixup": -1.0}, "--config.input.mixup=-1.0: expected a Beta concentration"),
+        ({"input.shard_by": "rows"}, "--config.input.shard_by='rows': expected one of"),
+        (
+            {"objective": "masked_patch", "input.aug_setting": "light2"},
+            "--config.input.mixup / cutmix / aug_setting: Mixup and CutMix (randaug(2,10) "
+            "mixup(0.2)) mix class labels, which the masked_patch objective's targets are not",
+        ),
+        (
+            {"objective": "masked_patch", "masked_patch.target": "hsv"},
+            "--config.masked_patch: target must be one of ['intensity', 'rgb'], got 'hsv'",
+        ),
+        ({"masked_patch.bits": 9, "objective": "masked_patch"}, "bits must be in 1..8"),
+        ({"model": "ViT_X16"}, "--config.model='ViT_X16': no such keras_vit builder"),
+        (
+            {"model.hiden_size": 16},
+            "--config.model / --config.model_overrides: VisionTransformer got an unexpected "
+            "keyword argument 'hiden_size'",
+        ),
+        ({"evals": {"x": {"type": "roc"}}}, "--config.evals.x.type='roc': expected one of"),
+        ({"jit_compile": "yes"}, "--config.jit_compile='yes': expected 'auto', True or False"),
+        ({"freeze": "all"}, "--config.freeze='all': expected one of none, backbone"),
+        ({"layer_decay": 0.0}, "--config.layer_decay=0.0: expected a value in (0, 1]"),
+        (
+            {"weight_decay_exclude": ("bias", "")},
+            "--config.weight_decay_exclude=('bias', ''): expected a tuple of variable names",
+        ),
+        (
+            {"jit_compile": True, "deterministic_ops": True},
+            "--config.jit_compile=True: Keras compiles no XLA while op determinism is on",
+        ),
+    ],
+)
+def test_each_config_mistake_is_one_line_naming_the_flag(overrides, message):
+    from keras_vit_trainers import config_checks
+
+    with pytest.raises(config_checks.ConfigError) as error:
+        _check(overrides)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "config, key, message",
+    [
+        (
+            "cifar10",
+            "model.stochastic_depth_rate",
+            "--config.model.stochastic_depth_rate: config.model is the builder name "
+            "'ViT_B16', which has no keys; give --config.model_overrides.stochastic_depth_rate",
+        ),
+        (
+            "fashion_mnist",
+            "model.representation_size",
+            "--config.model.representation_size: config.model has no key "
+            "'representation_size' (give --config.model_overrides.representation_size)",
+        ),
+        ("fashion_mnist", "nokey", "--config.nokey: config has no key 'nokey'"),
+        ("cifar10", "input.nokey", "--config.input.nokey: config.input has no key 'nokey' (its"),
+        ("cifar10", "seed.x", "--config.seed.x: config.seed is 0, which has no keys"),
+        ("cifar10", "model_overrides.stochastic_depth_rate", None),
+        ("fashion_mnist", "model.hidden_size", None),
+        ("fashion_mnist", "input.augment", None),
+    ],
+)
+def test_override_error_names_the_flag_and_the_fix(config, key, message):
+    from keras_vit_trainers import train_config
+
+    module = {"cifar10": cifar10, "fashion_mnist": fashion_mnist}[config]
+    got = train_config.override_error(module.get_config(), key)
+    if message is None:
+        assert got is None
+    else:
+        assert got.startswith(message)

@@ -4,17 +4,25 @@ r"""Writes sharded TFRecords of `tf.train.Example`s for the trainers.
   python tools/make_tfrecords.py --source=folder:PATH --output_dir=DATA
   python tools/make_tfrecords.py --source=tfds:cifar10 --output_dir=DATA
 
-Each Example holds `image/encoded` (PNG or JPEG bytes, as found; raw arrays are
-PNG-encoded) and `image/class/label` (int64 list: one entry, or several for
-multi-label data). Files are DATA/{split}-{i:05d}-of-{n:05d}.tfrecord and
-DATA/manifest.json lists splits, counts, class names, shards and label kind.
+Each Example holds the encoded image (PNG or JPEG bytes, as found; raw arrays are
+PNG-encoded) and its labels (one, or several for multi-label data); the shards are
+DATA/{split}-{i:05d}-of-{n:05d}.tfrecord and DATA/manifest.json lists splits,
+counts, class names, shards and label kind: the format of deploy/records.py.
 
-folder:PATH expects PATH/{split}/{class_name}/*.{png,jpg,jpeg}; a folder without
-split subfolders is one `train` split. Output is deterministic: examples are
-written in sorted (folder) or source order, shards are contiguous slices.
+Every image is checked before it is written: one that is not a JPEG, PNG, GIF or BMP
+image, declares more than --max_pixels pixels in its header (read before decoding,
+deploy/image_header.py: the limit the input pipeline and the serving signatures
+apply) or does not decode is skipped, counted and named (--strict: an error).
+
+folder:PATH expects PATH/{split}/{class_name}/*.{png,jpg,jpeg} with split train,
+validation (or val/, eval/) or test; a folder without split subfolders is one `train`
+split. --holdout=0.1 writes a stratified tenth of train as `validation`, for data that
+has none (tools/holdout.py; the manifest records the seed and the per-class counts).
+Output is deterministic: a folder's examples are written in an order shuffled with
+--seed (not sorted by class), other sources in their own order; shards are contiguous
+slices.
 """
 
-import json
 import logging
 import os
 import sys
@@ -26,12 +34,14 @@ from keras_vit_trainers import console
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported (by keras_vit_deploy): our lines only
 
+from keras_vit_deploy import image_header, records
 from keras_vit_deploy.datasets import (  # one owner of each
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
-    DataError,
     read_idx,
 )
+from keras_vit_deploy.records import DataError
+from keras_vit_tools import holdout as holdout_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("source", "fashion_mnist", "fashion_mnist | folder:PATH | tfds:NAME[:CONFIG]")
@@ -49,8 +59,21 @@ flags.DEFINE_bool("progress", True, "Show a progress bar.")
 flags.DEFINE_bool(
     "strict",
     False,
-    "An image that does not decode is fatal (default: "
+    "An image that does not decode (or is above --max_pixels) is fatal (default: "
     "skipped, counted in the manifest and named in a warning).",
+)
+flags.DEFINE_float(
+    "holdout",
+    None,
+    "folder: sources without a validation split: the fraction of train written as a "
+    "stratified, seeded `validation` split (e.g. 0.1).",
+)
+flags.DEFINE_integer("seed", 0, "folder: sources: the seed of the write order and --holdout.")
+flags.DEFINE_integer(
+    "max_pixels",
+    image_header.DEFAULT_MAX_PIXELS,
+    "Skip an image whose header declares more pixels (height x width), before decoding it.",
+    lower_bound=1,
 )
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")
@@ -70,19 +93,6 @@ def encode_png(array):
     if array.ndim == 2:
         array = array[..., None]
     return _tf().io.encode_png(array).numpy()
-
-
-def make_example(encoded, labels):
-    tf = _tf()
-    labels = [int(l) for l in np.atleast_1d(labels)]
-    return tf.train.Example(
-        features=tf.train.Features(
-            feature={
-                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
-                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
-            }
-        )
-    ).SerializeToString()
 
 
 # --- sources: each returns {split: (count, iterator of (encoded, labels))}, class names, multi_label
@@ -107,15 +117,36 @@ def fashion_mnist_source(directory):
     return splits, FASHION_MNIST_CLASSES, False
 
 
-def folder_source(root):
+# Held-out folders a class-folder data set may have, and the split each is written as.
+FOLDER_SPLITS = {
+    "train": "train",
+    "validation": "validation",
+    "val": "validation",
+    "eval": "validation",
+    "test": "test",
+}
+
+
+def folder_source(root, holdout=None, seed=0):
+    """ROOT/[split/]CLASS_NAME/*.{png,jpg,jpeg} as splits (`FOLDER_SPLITS`; a folder
+    without split subfolders is one `train` split), each in a seeded random order (not
+    sorted by class). `holdout`: the fraction of `train` written as a stratified
+    `validation` split (tools/holdout.py), for data without one; the manifest records
+    it under `holdout`. Returns (splits, class_names, multi_label, manifest entries)."""
     if not os.path.isdir(root):
         raise FileNotFoundError(f"--source=folder:{root}: no such directory")
     subdirs = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    split_dirs = {
-        d: os.path.join(root, d)
-        for d in subdirs
-        if d in ("train", "test", "validation", "val", "eval")
-    }
+    split_dirs = {}
+    for d in subdirs:
+        split = FOLDER_SPLITS.get(d)
+        if split is None:
+            continue
+        if split in split_dirs:
+            raise ValueError(
+                f"--source=folder:{root}: both {os.path.basename(split_dirs[split])}/ and {d}/ "
+                f"would be the {split!r} split; keep one"
+            )
+        split_dirs[split] = os.path.join(root, d)
     if not split_dirs:
         split_dirs = {"train": root}
     class_names = sorted(
@@ -128,23 +159,43 @@ def folder_source(root):
             f"(expected {root}/[split/]CLASS_NAME/*.jpg)"
         )
     index = {c: i for i, c in enumerate(class_names)}
-    splits = {}
-    for split, d in split_dirs.items():
-        files = [
+    files = {
+        split: [
             (os.path.join(d, c, f), index[c])
             for c in class_names
             if os.path.isdir(os.path.join(d, c))
             for f in sorted(os.listdir(os.path.join(d, c)))
             if f.lower().endswith(IMAGE_EXTS)
         ]
+        for split, d in split_dirs.items()
+    }
+    extra = {}
+    if holdout:
+        if "validation" in files:
+            raise ValueError(
+                f"--holdout={holdout}: {split_dirs['validation']} is already a validation "
+                "split; drop --holdout, or merge that folder into train/"
+            )
+        if "train" not in files:
+            raise ValueError(f"--holdout={holdout}: {root} has no train/ folder to hold out from")
+        labels = [label for _, label in files["train"]]
+        kept, held = holdout_lib.split(labels, len(class_names), holdout, seed)
+        extra["holdout"] = holdout_lib.describe(labels, kept, held, class_names, holdout, seed)
+        files["validation"] = [files["train"][i] for i in held]
+        files["train"] = [files["train"][i] for i in kept]
+    splits = {}
+    for number, split in enumerate(sorted(files)):
+        order = np.random.default_rng([int(seed), number]).permutation(len(files[split]))
+        shuffled = [files[split][i] for i in order]
 
-        def gen(files=files):
-            for path, label in files:
+        def gen(shuffled=shuffled):
+            for path, label in shuffled:
                 with open(path, "rb") as f:
                     yield f.read(), label, path
 
-        splits[split] = (len(files), gen())
-    return splits, class_names, False
+        splits[split] = (len(shuffled), gen())
+    extra["order"] = {"shuffled": True, "seed": int(seed)}
+    return splits, class_names, False, extra
 
 
 def tfds_source(name, data_dir):
@@ -180,13 +231,26 @@ def tfds_source(name, data_dir):
     return splits, class_names, multi_label
 
 
-def get_source(source, fashion_mnist_dir="/usr/share/datasets/fashion-mnist", tfds_data_dir=None):
-    if source == "fashion_mnist":
-        return fashion_mnist_source(fashion_mnist_dir)
+def get_source(
+    source,
+    fashion_mnist_dir="/usr/share/datasets/fashion-mnist",
+    tfds_data_dir=None,
+    holdout=None,
+    seed=0,
+):
+    """(splits, class_names, multi_label, manifest entries) of --source; `holdout` and
+    `seed` are the folder source's (`folder_source`)."""
     if source.startswith("folder:"):
-        return folder_source(source[len("folder:") :])
+        return folder_source(source[len("folder:") :], holdout, seed)
+    if holdout:
+        raise ValueError(
+            f"--holdout applies to --source=folder:PATH; {source} comes with its own splits "
+            "(tfds: name a validation split with --splits, or train on a slice of train)"
+        )
+    if source == "fashion_mnist":
+        return (*fashion_mnist_source(fashion_mnist_dir), {})
     if source.startswith("tfds:"):
-        return tfds_source(source[len("tfds:") :], tfds_data_dir)
+        return (*tfds_source(source[len("tfds:") :], tfds_data_dir), {})
     raise ValueError(f"--source={source!r}: expected fashion_mnist, folder:PATH or tfds:NAME")
 
 
@@ -200,12 +264,35 @@ def decodes(encoded):
         return False
 
 
+def image_problem(encoded, max_pixels=image_header.DEFAULT_MAX_PIXELS):
+    """Why `encoded` is not written (a phrase), or None: it must be a JPEG, PNG, GIF
+    or BMP image whose header declares at most `max_pixels` pixels (read before
+    decoding) and that decodes."""
+    tf = _tf()
+    try:
+        height, width, pixels = (int(v) for v in image_header.count_pixels(encoded))
+    except tf.errors.InvalidArgumentError:  # a JPEG whose header does not parse
+        return "not a decodable image"
+    if pixels > max_pixels:
+        return f"{height} x {width} = {pixels} pixels, more than --max_pixels={max_pixels}"
+    if pixels < 0 or not decodes(encoded):
+        return "not a decodable image"
+    return None
+
+
 def write_split(
-    output_dir, split, count, examples, examples_per_shard, progress=True, strict=False
+    output_dir,
+    split,
+    count,
+    examples,
+    examples_per_shard,
+    progress=True,
+    strict=False,
+    max_pixels=image_header.DEFAULT_MAX_PIXELS,
 ):
-    """Writes one split's shards; every image is decoded first, and one that does not
-    decode is skipped (counted, named in the manifest and a warning) or, with `strict`,
-    fatal. `examples` yields (encoded, labels) or (encoded, labels, name)."""
+    """Writes one split's shards; every image is checked first (`image_problem`), and
+    one that fails is skipped (counted, named in the manifest and a warning) or, with
+    `strict`, fatal. `examples` yields (encoded, labels) or (encoded, labels, name)."""
     tf = _tf()
     num_shards = max(1, -(-count // examples_per_shard))
     per_shard = -(-count // num_shards)
@@ -215,23 +302,24 @@ def write_split(
         bar = console.Progress(count, f"writing {split}", unit="image")
     examples = iter(examples)
     for s in range(num_shards):
-        name = f"{split}-{s:05d}-of-{num_shards:05d}.tfrecord"
+        name = records.shard_name(split, s, num_shards)
         n = 0
         with tf.io.TFRecordWriter(os.path.join(output_dir, name)) as w:
             for encoded, labels, *ident in examples:
-                if not decodes(encoded):
+                problem = image_problem(encoded, max_pixels)
+                if problem:
                     what = ident[0] if ident else f"{split} example {written + n + len(skipped)}"
                     if strict:
                         raise DataError(
-                            f"{what}: not a decodable image ({len(encoded)} bytes); "
+                            f"{what}: {problem} ({len(encoded)} bytes); "
                             "remove it, or drop --strict to skip such files"
                         )
-                    log.warning("skipping %s: not a decodable image (%d bytes)", what, len(encoded))
+                    log.warning("skipping %s: %s (%d bytes)", what, problem, len(encoded))
                     skipped.append(what)
                     if bar:
                         bar.update(1)
                     continue
-                w.write(make_example(encoded, labels))
+                w.write(records.serialize_example(encoded, labels))
                 n += 1
                 if bar:
                     bar.update(1)
@@ -246,10 +334,11 @@ def write_split(
         result["skipped"] = len(skipped)
         result["skipped_examples"] = skipped[:MAX_NAMED_SKIPS]
         log.warning(
-            "%s: skipped %d of %d examples that are not decodable images",
+            "%s: skipped %d of %d examples that are not decodable images of at most %d pixels",
             split,
             len(skipped),
             written + len(skipped),
+            max_pixels,
         )
     return result
 
@@ -262,15 +351,18 @@ def make_tfrecords(
     max_examples=None,
     progress=True,
     strict=False,
+    max_pixels=image_header.DEFAULT_MAX_PIXELS,
     **source_kwargs,
 ):
-    """Writes the shards and manifest; returns the manifest dict.
+    """Writes the shards and manifest; returns the manifest dict. Images above
+    `max_pixels` pixels are skipped as those that do not decode (`write_split`).
 
     `source` is a name as for --source, or a tuple (splits, class_names, multi_label)
     with splits {name: (count, iterable of (encoded_bytes_or_uint8_array, labels))}.
     """
+    extra = {}
     if isinstance(source, str):
-        split_sources, class_names, multi_label = get_source(source, **source_kwargs)
+        split_sources, class_names, multi_label, extra = get_source(source, **source_kwargs)
     else:
         split_sources, class_names, multi_label = source
         split_sources = {
@@ -279,18 +371,18 @@ def make_tfrecords(
         }
         source = "arrays"
     os.makedirs(output_dir, exist_ok=True)
-    manifest_path = os.path.join(output_dir, "manifest.json")
     # A manifest left from an earlier run would describe shards this one overwrites: an
     # interrupted run must leave none, so that training refuses the folder.
-    if os.path.exists(manifest_path):
-        os.remove(manifest_path)
+    records.remove_manifest(output_dir)
     manifest = {
         "source": source,
         "format": "tf.train.Example",
-        "features": {"image/encoded": "bytes (PNG/JPEG)", "image/class/label": "int64 list"},
+        "features": dict(records.FEATURE_DESCRIPTIONS),
         "num_classes": len(class_names),
         "class_names": class_names,
         "multi_label": multi_label,
+        "max_pixels": max_pixels,
+        **extra,
         "splits": {},
     }
     for split, (count, examples) in split_sources.items():
@@ -300,12 +392,9 @@ def make_tfrecords(
             count = min(count, max_examples)
             examples = (e for _, e in zip(range(count), examples))
         manifest["splits"][split] = write_split(
-            output_dir, split, count, examples, examples_per_shard, progress, strict
+            output_dir, split, count, examples, examples_per_shard, progress, strict, max_pixels
         )
-    partial = manifest_path + ".partial"
-    with open(partial, "w") as f:
-        json.dump(manifest, f, indent=1)
-    os.replace(partial, manifest_path)  # whole or absent, never cut short
+    records.write_manifest(output_dir, manifest)  # whole or absent, never cut short
     return manifest
 
 
@@ -322,8 +411,11 @@ def main(argv):
             FLAGS.max_examples,
             FLAGS.progress,
             FLAGS.strict,
+            FLAGS.max_pixels,
             fashion_mnist_dir=FLAGS.fashion_mnist_dir,
             tfds_data_dir=FLAGS.tfds_data_dir,
+            holdout=FLAGS.holdout,
+            seed=FLAGS.seed,
         )
     except (ValueError, FileNotFoundError) as e:  # DataError included
         print(f"error: {e}", file=sys.stderr)

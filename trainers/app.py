@@ -3,7 +3,6 @@
 import sys
 
 from absl import app, flags
-from absl import logging as absl_logging
 from keras_vit_trainers import console
 from ml_collections import config_flags
 
@@ -31,9 +30,42 @@ flags.DEFINE_integer(
 
 
 def _fail(message, code):
-    absl_logging.error("%s", message)
+    """Exits with `code` after one line on stderr: 'error: <message>'."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(code)
+
+
+def _config_flags(argv):
+    """(the --config file argument or None, [the KEYs of --config.KEY=VALUE flags])."""
+    config_file, keys = None, []
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            config_file = arg[len("--config=") :]
+        elif arg == "--config" and i + 1 < len(argv):
+            config_file = argv[i + 1]
+        elif arg.startswith("--config."):
+            keys.append(arg[len("--config.") :].split("=")[0])
+    return config_file, keys
+
+
+def _parse_flags(argv):
+    """absl's flag parser; a --config.KEY the config has no place for (an unknown key, a
+    key of a dict model given to a builder name) exits with code 2 and one line naming it,
+    where ml_collections raises from inside the parser (with the config file loaded, and
+    before it keeps it)."""
+    try:
+        return app.parse_flags_with_usage(argv)
+    except (AttributeError, KeyError, TypeError):
+        from keras_vit_trainers import train_config
+
+        config_file, keys = _config_flags(argv)
+        if config_file is not None:
+            config = FLAGS["config"].parser.parse(config_file)
+            for key in keys:
+                message = train_config.override_error(config, key)
+                if message:
+                    _fail(message, 2)
+        raise
 
 
 def main(mode):
@@ -49,7 +81,7 @@ def main(mode):
             )
         console.setup()  # again: absl raised its own verbosity to INFO parsing the flags
         # The strategy first: logical CPUs and collectives must be set up before TF starts.
-        from keras_vit_trainers import input_pipeline, train_config, train_lib
+        from keras_vit_trainers import config_checks, input_pipeline, train_config, train_lib
         from keras_vit_trainers import strategy as strategy_lib
 
         from keras_vit.checkpoint import CheckpointError
@@ -60,7 +92,7 @@ def main(mode):
                 FLAGS.config, mode, config_flags.get_override_values(FLAGS["config"])
             )
         except (ValueError, TypeError, KeyError) as e:
-            raise app.UsageError(str(e)) from e
+            _fail(e, 2)
         try:
             strategy = strategy_lib.make_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.cpu_replicas)
             train_lib.run(
@@ -73,7 +105,12 @@ def main(mode):
             )
         except (CheckpointError, RunDirectoryError) as e:  # --init does not fit the config
             _fail(f"--init={FLAGS.init}: {e}{train_lib.init_hint(FLAGS.init)}", 2)
-        except (strategy_lib.NoTPUError, input_pipeline.DataError, train_lib.PlanError) as e:
+        except (
+            strategy_lib.NoTPUError,
+            input_pipeline.DataError,
+            train_lib.PlanError,
+            config_checks.ConfigError,  # a config or --config flag mistake, before any model
+        ) as e:
             _fail(e, 2)
         except train_lib.TrainingDivergedError as e:
             _fail(e, 3)
@@ -89,4 +126,4 @@ def main(mode):
         )
     else:
         flags.DEFINE_string("init", None, "Optional weights to start pre-training from.")
-    app.run(_main)
+    app.run(_main, flags_parser=_parse_flags)

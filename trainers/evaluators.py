@@ -1,7 +1,8 @@
 """Evaluators declared in the config, big_vision style: `config.evals` maps names to
 a `type` and its settings, e.g. (configs/common.py has the defaults)
 
-    config.evals.test = dict(type="classification", split="test", every=500)
+    config.evals.validation = dict(type="classification", split="validation", every=500)
+    config.evals.test = dict(type="classification", split="test", every=0)
     config.evals.fewshot = dict(type="fewshot", every=1000, shots=(1, 5, 10, 25))
 
 `every`: run every N optimizer steps (at the end of the checkpoint interval that
@@ -24,6 +25,7 @@ import logging
 import keras
 import tensorflow as tf
 from keras_vit_configs import common
+from keras_vit_deploy import records
 from keras_vit_trainers import fewshot_evaluator, input_pipeline
 from keras_vit_trainers.summaries import write_scalar
 
@@ -90,16 +92,18 @@ class Classification(Evaluator):
     """The compiled metrics (the objective's) of the model on `split`:
     {'accuracy' (objective.metric_name), 'loss' (objective.loss_metric_name, the
     per-example loss, padding excluded)}. A split the data does not have is skipped
-    with a warning (`run` returns {})."""
+    by `build`: with a warning, or, `optional` (the default `validation` evaluator:
+    most data sets have none), with an info line."""
 
-    def __init__(self, name, every, context, split="test", batch_size=0):
+    def __init__(self, name, every, context, split="test", batch_size=0, optional=False):
         super().__init__(name, every, context)
         self.split = split
+        self.optional = bool(optional)
         self.batch_size = int(batch_size or context.batch_size)
         self._dataset = None
 
     def available(self):
-        splits = input_pipeline.read_manifest(self.context.data_dir).get("splits", {})
+        splits = records.read_manifest(self.context.data_dir).get("splits", {})
         return self.split in splits
 
     def dataset(self):
@@ -174,7 +178,8 @@ def build(evals, context):
         except (TypeError, ValueError) as e:
             raise ValueError(f"config.evals.{name}: {e}") from e
         if isinstance(evaluator, Classification) and not evaluator.available():
-            log.warning("config.evals.%s: the data has no split %r; skipped", name, evaluator.split)
+            say = log.info if evaluator.optional else log.warning
+            say("config.evals.%s: the data has no split %r; skipped", name, evaluator.split)
             continue
         made.append(evaluator)
     return made

@@ -9,7 +9,8 @@ variables carry (`variable.path`):
            (`root`, `block1`...`block4`): in the paper a hybrid's ResNet *is* its patch
            embedding, and timm groups a hybrid backbone with the patch embedding the same way
   i + 1    `Transformer/encoderblock_i`
-  L + 1    what follows the blocks: `Transformer/encoder_norm`, `pre_logits`, `head`
+  L + 1    what follows the blocks: `Transformer/encoder_norm`, `fc_norm`, `pre_logits`,
+           `head`
 
 A variable of id `i` trains at `decay ** (L + 1 - i)` times the scheduled learning rate:
 the head at 1, the last block at `decay`, the embedding at `decay ** (L + 1)`. Its
@@ -20,7 +21,7 @@ those codebases, where each layer's group has its own learning rate.
 import re
 
 _BLOCK = re.compile(r"(?:^|/)encoderblock_(\d+)/")
-_TOP = ("encoder_norm", "pre_logits", "head")
+_TOP = ("encoder_norm", "fc_norm", "pre_logits", "head")
 
 
 def num_blocks(paths):
@@ -41,11 +42,20 @@ def layer_id(path, blocks):
     return 0
 
 
+def check(decay):
+    """`decay` as a float; ValueError naming the flag unless it is in (0, 1]."""
+    try:
+        decay = float(decay)
+    except (TypeError, ValueError):
+        decay = None
+    if decay is None or not 0.0 < decay <= 1.0:
+        raise ValueError(f"--config.layer_decay={decay}: expected a value in (0, 1] (1: off)")
+    return decay
+
+
 def scales(paths, decay):
     """Learning-rate multipliers, one per variable path, for a layer decay `decay`
     (1.0: every multiplier is 1)."""
-    decay = float(decay)
-    if not 0.0 < decay <= 1.0:
-        raise ValueError(f"layer_decay={decay}: expected a value in (0, 1] (1: off)")
+    decay = check(decay)
     blocks = num_blocks(paths)
     return [decay ** (blocks + 1 - layer_id(path, blocks)) for path in paths]

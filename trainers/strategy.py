@@ -107,6 +107,35 @@ def make_strategy(name="auto", tpu=None, cpu_replicas=1):
     return tf.distribute.get_strategy()
 
 
+def kind(strategy):
+    """The `--strategy` name of a strategy object: 'tpu', 'multi_worker', 'mirrored' or
+    'default'."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return "tpu"
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "multi_worker"
+    if isinstance(strategy, tf.distribute.MirroredStrategy):
+        return "mirrored"
+    return "default"
+
+
+def device_type(strategy):
+    """The type of the devices `strategy`'s replicas run on: 'TPU', 'GPU' or 'CPU'. The
+    default strategy runs where TensorFlow places ops: a GPU when there is one."""
+    if kind(strategy) == "default":
+        return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+    return tf.DeviceSpec.from_string(strategy.extended.worker_devices[0]).device_type
+
+
+def dtype_policy(strategy, mixed_precision):
+    """The Keras dtype policy a run trains in under `strategy`: float32, or with
+    `mixed_precision` mixed_float16 (with loss scaling) on GPUs and mixed_bfloat16 on
+    TPUs and CPUs."""
+    if not mixed_precision:
+        return "float32"
+    return "mixed_float16" if device_type(strategy) == "GPU" else "mixed_bfloat16"
+
+
 def is_chief(strategy):
     """True on the worker that writes the run directory (always, outside multi-worker)."""
     resolver = getattr(strategy, "cluster_resolver", None)

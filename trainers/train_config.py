@@ -7,7 +7,11 @@
                <- the command line's --config.KEY=VALUE, which always win
 
 A command-line key inside the other mode's section (`--config.finetune.X` given to
-pretrain.py) is an error naming the key, since it could not take effect.
+pretrain.py) is an error naming the key, since it could not take effect. The keys of
+`model_overrides` left None are dropped: not set, the model's own value stands.
+
+`override_error` names what is wrong with a `--config.KEY` the config has no place for
+(an unknown key; a key of a dict model given to a builder name), for trainers/app.py.
 """
 
 import ml_collections
@@ -72,4 +76,38 @@ def resolve(config, mode, overrides=None):
                 )
             dotted = rest
         _set(resolved, dotted, value)
+    for key, value in list(resolved.model_overrides.items()):
+        if value is None:
+            del resolved.model_overrides[key]
     return resolved
+
+
+def _keys(node):
+    return ", ".join(sorted(node.keys()))
+
+
+def override_error(config, dotted):
+    """Why `--config.<dotted>` cannot be set on `config` (a config file's ConfigDict), as
+    one line naming the flag and the fix; None where it can."""
+    node, path = config, "config"
+    for key in dotted.split("."):
+        if isinstance(node, str) and path == "config.model":
+            overridable = common.base_config().model_overrides
+            fix = f"--config.model=\"{{'variant': '{node}', '{key}': ...}}\" (a dict model)"
+            if key in overridable:
+                fix = f"--config.model_overrides.{key}"
+            return (
+                f"--config.{dotted}: config.model is the builder name {node!r}, which has no "
+                f"keys; give {fix}"
+            )
+        if not hasattr(node, "keys"):
+            return f"--config.{dotted}: {path} is {node!r}, which has no keys"
+        if key not in node.keys():
+            hint = f"its keys: {_keys(node)}"
+            if path == "config":
+                hint = "configs/common.py lists every key"
+            elif path == "config.model" and key in common.base_config().model_overrides:
+                hint = f"give --config.model_overrides.{key}"
+            return f"--config.{dotted}: {path} has no key {key!r} ({hint})"
+        node, path = node[key], f"{path}.{key}"
+    return None

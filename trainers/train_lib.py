@@ -22,8 +22,10 @@ import keras
 import tensorflow as tf
 from keras_vit_trainers import callbacks as callbacks_lib
 from keras_vit_trainers import (
+    config_checks,
     curves,
     evaluators,
+    freeze,
     input_pipeline,
     keras_workarounds,
     masked_patch,  # noqa: F401  (registers the "masked_patch" objective)
@@ -50,14 +52,16 @@ def model_factory(config, init=None):
     """`make_model(**overrides)` for the objective.
 
     The model is `keras_vit.build_model(config.model, image_size=..., **model_overrides)`;
-    with `init` a run directory, it is that run's exported model (its
-    model_config.json) instead, with this config's image size and overrides.
+    with `init` a run directory (`open_init`), it is that run's exported model (the
+    config its model_config.json records) instead, with this config's image size
+    and overrides.
     """
     import keras_vit
 
+    init = open_init(init)
     spec = _to_dict(config.model)
-    if run_directory.is_run(init):
-        spec = run_directory.RunDirectory(init).read_model_config()
+    if isinstance(init, keras_vit.checkpoint.Source):
+        spec = init.config
     overrides = dict(_to_dict(config.model_overrides) or {})
     overrides["image_size"] = config.image_size
 
@@ -69,11 +73,24 @@ def model_factory(config, init=None):
     return make_model
 
 
+def open_init(init):
+    """--init, opened once where it says what model to build: a run directory
+    (`keras_vit.checkpoint.open_source` reads its model_config.json, for
+    `model_factory`, and its weights when `load_init` loads them). Anything else
+    is returned as given (opened by `load_init`, for the model built from the
+    config), as are None and what this returned."""
+    import keras_vit
+
+    if isinstance(init, (str, os.PathLike)) and run_directory.is_run(init):
+        return keras_vit.checkpoint.open_source(init)
+    return init
+
+
 def load_init(model, init):
-    """Loads --init into `model` (a task model's `backbone`) with
-    `keras_vit.load_weights`: an official .npz, a registry name, a .keras or
-    .weights.h5 file or a run directory; a head of another width is re-initialised
-    and position embeddings are interpolated."""
+    """Loads --init (as given, or `open_init`'s) into `model` (a task model's
+    `backbone`) with `keras_vit.load_weights`: an official .npz, a registry name, a
+    .keras or .weights.h5 file or a run directory; a head of another width is
+    re-initialised and position embeddings are interpolated."""
     import keras_vit
 
     keras_vit.load_weights(getattr(model, "backbone", model), init)
@@ -237,22 +254,22 @@ def plan(config, strategy, checkpoint_dir):
 
 
 def _set_precision(config, strategy):
-    if not config.mixed_precision:
-        return
-    on_gpu = bool(tf.config.list_logical_devices("GPU")) and not isinstance(
-        strategy, tf.distribute.TPUStrategy
+    keras.mixed_precision.set_dtype_policy(
+        strategy_lib.dtype_policy(strategy, config.mixed_precision)
     )
-    keras.mixed_precision.set_dtype_policy("mixed_float16" if on_gpu else "mixed_bfloat16")
 
 
-def build(config, strategy, objective, num_classes, plan, init):
-    """The compiled task model, initialised from `init` on a fresh run."""
+def build(config, strategy, objective, num_classes, plan, init, jit_compile):
+    """The compiled task model, initialised from `init` on a fresh run; `jit_compile`:
+    config.jit_compile resolved (config_checks.jit_compile)."""
+    init = open_init(init)
     make_model = model_factory(config, init)
     with strategy.scope():
         model = objective.build_model(make_model, config, num_classes)
         if init and not plan.start_step:
             log.info("initialising from %s", init)
             load_init(model, init)
+        freeze.apply(model, config.freeze)
         lr = schedules.WarmupDecay(
             config.learning_rate,
             plan.total_steps,
@@ -265,7 +282,7 @@ def build(config, strategy, objective, num_classes, plan, init):
             loss=objective.loss(config),
             metrics=objective.metrics(config),
             steps_per_execution=plan.steps_per_execution,
-            jit_compile=config.jit_compile,
+            jit_compile=jit_compile,
         )
         keras_workarounds.accumulate_gradients(model, plan.accum)
     return model
@@ -395,6 +412,9 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
     checkpoint_dir = run.checkpoints(None if chief else strategy_lib.worker_index(strategy))
     run_directory.makedirs(checkpoint_dir)
     sizes = plan(config, strategy, checkpoint_dir)
+    jit_compile = config_checks.check(
+        config, strategy, data_dir=data_dir, num_classes=num_classes, total_steps=sizes.total_steps
+    )
     if sizes.start_step:
         log.info("resumed from step %d", sizes.start_step)
     if chief:
@@ -405,7 +425,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
         tf.config.experimental.enable_op_determinism()
     _set_precision(config, strategy)
     objective = objectives.get(config.objective)
-    model = build(config, strategy, objective, num_classes, sizes, init)
+    model = build(config, strategy, objective, num_classes, sizes, init, jit_compile)
     common = pipeline_options(
         config, num_classes, bool(manifest.get("multi_label", False)), objective
     )
@@ -428,6 +448,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
         grad_accum_steps=sizes.accum,
         num_replicas=strategy.num_replicas_in_sync,
         strategy=type(strategy).__name__,
+        jit_compile=jit_compile,  # what config.jit_compile resolved to (XLA or not)
         skipped_records=train_info.skipped_records,
         corrupt_shards=list(train_info.corrupt_files),
         evals={e.name: {"type": e.type, "history": e.history} for e in evals},
@@ -447,9 +468,11 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
 
 
 def _learning_curve(run, evals, objective, metrics):
-    """RUN/learning_curve.png from the train log and the first classification
-    evaluator's results (None without one)."""
-    first = next((e for e in evals if isinstance(e, evaluators.Classification)), None)
+    """RUN/learning_curve.png from the train log and the results of the first
+    classification evaluator that ran periodically (validation, where the data has it),
+    else the first one (None without one)."""
+    classifiers = [e for e in evals if isinstance(e, evaluators.Classification)]
+    first = next((e for e in classifiers if e.every > 0), classifiers[0] if classifiers else None)
     name = first.name if first else None
     return curves.write_learning_curve(
         run,

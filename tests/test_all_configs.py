@@ -1,0 +1,133 @@
+"""Every config in configs/ trains a step under the default strategy and under mirrored over
+2 CPU replicas, with `jit_compile="auto"` resolved for each: tiny model, 8x8 images, batch 4,
+no evaluations (tests/all_configs_driver.py; one process per strategy, both started at once).
+And the stochastic-depth flag the README gives works on every config.
+"""
+
+import contextlib
+import os
+import sys
+
+import all_configs_driver
+import keras
+import pytest
+from keras_vit_trainers import testing
+
+from keras_vit import compilation
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
+
+DRIVER = os.path.join(testing.ROOT, "tests", "all_configs_driver.py")
+STRATEGIES = {"default": [], "mirrored": ["--cpu_replicas=2"]}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{strategy: its driver's process, running}."""
+    data = str(tmp_path_factory.mktemp("data"))
+    testing.make_tiny_data(data)
+    with contextlib.ExitStack() as stack:
+        yield {
+            name: stack.enter_context(
+                testing.started(
+                    [
+                        testing.PY,
+                        DRIVER,
+                        f"--strategy={name}",
+                        *flags,
+                        f"--data_dir={data}",
+                        f"--model_dir={tmp_path_factory.mktemp(name)}",
+                    ],
+                    cwd=testing.ROOT,
+                    env=testing.env(),
+                )
+            )
+            for name, flags in STRATEGIES.items()
+        }
+
+
+def _results(process):
+    """{spec: (mode, step, jit_compile)} of the driver's `ok` lines, `same` lines given
+    the result of the config they repeat."""
+    out, err = process.communicate(timeout=900)
+    assert process.returncode == 0, out + err[-5000:]
+    results = {}
+    for line in out.splitlines():
+        word, spec, *rest = line.split()
+        if word == "ok":
+            mode, step, jit = rest
+            results[spec] = (mode, int(step.split("=")[1]), jit.split("=")[1] == "True")
+        elif word == "same":
+            results[spec] = results[rest[0]]
+    return results
+
+
+def _expected(spec, strategy):
+    """(mode, jit_compile) for `spec`: its mode, and "auto" under the rule for this CPU, the
+    strategy's replicas and the config's dtype (mixed precision: bfloat16 on a CPU)."""
+    mode, config = all_configs_driver.resolve(spec)
+    jit, _ = compilation.training_jit_compile(
+        config.jit_compile,
+        strategy=strategy,
+        device_type="CPU",
+        replicas=2 if strategy == "mirrored" else 1,
+        compute_dtype="bfloat16" if config.mixed_precision else "float32",
+        cpu_flags=compilation.cpu_flags(),
+        deterministic=config.deterministic_ops,
+    )
+    return mode, jit
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_config_trains_a_step(runs, strategy):
+    results = _results(runs[strategy])
+    specs = all_configs_driver.specs()
+    assert {"fashion_mnist", "fashion_mnist_masked_patch", "vit_b16_masked_patch"} <= set(specs)
+    assert {"vtab1k:dtd", "cifar10", "augreg_i21k"} <= set(specs)
+    assert sorted(results) == specs
+    for spec, (mode, step, jit) in results.items():
+        assert step == 1, spec
+        assert (mode, jit) == _expected(spec, strategy), spec
+    if strategy == "mirrored":  # XLA cannot train two CPU replicas
+        assert not any(jit for _, _, jit in results.values())
+    else:  # float32 on one CPU replica: XLA, the demo's measured choice
+        assert results["fashion_mnist"][2] is True
+
+
+@pytest.mark.parametrize("spec", all_configs_driver.specs())
+def test_the_stochastic_depth_flag_reaches_the_model_on_every_config(spec, monkeypatch):
+    """--config.model_overrides.stochastic_depth_rate=0.1, parsed as the trainers parse
+    flags, gets to the model's constructor (a builder name's or a dict model's)."""
+    from absl import flags
+    from keras_vit_trainers import train_config, train_lib
+    from ml_collections import config_flags
+
+    import keras_vit
+
+    name, _, task = spec.partition(":")
+    flag_values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", flag_values, lock_config=False)
+    config_file = os.path.join(testing.ROOT, "configs", f"{name}.py") + (f":{task}" if task else "")
+    argv = [
+        "trainer",
+        f"--config={config_file}",
+        "--config.model_overrides.stochastic_depth_rate=0.1",
+    ]
+    monkeypatch.setattr(sys, "argv", argv)  # where config_flags reads the overrides
+    flag_values(argv)
+    mode, _ = all_configs_driver.resolve(spec)
+    config = train_config.resolve(
+        flag_values.config, mode, config_flags.get_override_values(flag_values["config"])
+    )
+    built = []
+    monkeypatch.setattr(
+        keras_vit, "build_model", lambda model, **kwargs: built.append((model, kwargs))
+    )
+    train_lib.model_factory(config)()
+    ((model, kwargs),) = built
+    arguments = {**(model if isinstance(model, dict) else {}), **kwargs}
+    assert arguments["stochastic_depth_rate"] == 0.1
+    # The keys left unset are not passed: the model's own values stand.
+    assert None not in arguments.values()

@@ -1,0 +1,253 @@
+"""A resolved config checked against the run's strategy and data, before any model is built.
+
+Every mistake a config or its `--config.KEY=VALUE` flags can make raises `ConfigError`: one
+line that names the flag and the fix, which trainers/app.py prints before exiting with code
+2 (a traceback is for bugs). Each check calls the validator the run itself calls later,
+where there is one, so that the check and the run cannot disagree:
+
+  model         config.model a keras_vit builder name or a dict, and model_overrides,
+                bound to `VisionTransformer`'s signature (the model is not built)
+  objective     `objectives.get` and the objective's `loss`; masked_patch: its options and
+                `keras_vit.masked_patch.num_target_classes`
+  schedule      `schedules.WarmupDecay` on the steps the plan trains
+  optimizer     `optimizers.make_optimizer`; the fine-tuning controls `freeze.check`,
+                `layer_decay.check` and weight_decay_exclude (variable names)
+  augmentation  `augment.resolve` (aug_setting, randaug, mixup, cutmix); the crop by
+                `input_pipeline.preprocess_train` on a 16x16 image (its own check runs
+                inside tf.data, after the model, otherwise); Mixup / CutMix need an
+                objective with class labels; input.shard_by
+  evals         `evaluators.build` (its evaluators are dropped)
+  jit_compile   `keras_vit.compilation.training_jit_compile`: "auto" resolved (one log
+                line says to what and why), True where XLA cannot train refused
+
+`check` returns the `jit_compile` to compile with.
+"""
+
+import contextlib
+import inspect
+import logging
+
+import keras
+import tensorflow as tf
+from keras_vit_trainers import (
+    augment,
+    evaluators,
+    freeze,
+    input_pipeline,
+    layer_decay,
+    masked_patch,
+    objectives,
+    optimizers,
+    schedules,
+)
+from keras_vit_trainers import strategy as strategy_lib
+
+from keras_vit import builders, compilation
+from keras_vit import masked_patch as masked_patch_lib
+from keras_vit.vision_transformer import VisionTransformer
+
+log = logging.getLogger("trainers")
+
+# input_pipeline.train_dataset's `shard_by` values (checked there only once the model is
+# built).
+SHARD_BY = ("examples", "files")
+# The side of the image the crop is tried on (random_crop pads it by 4, reflected).
+TRIAL_SIZE = 16
+# Hints appended to a validator's message, by the key it starts with.
+HINTS = {
+    "total_steps": "give a smaller --config.warmup_steps or a larger --config.total_steps",
+}
+
+
+class ConfigError(ValueError):
+    """A config or flag mistake: a one-line message naming the flag and the fix."""
+
+
+def _flag_error(error, hint=None):
+    """A validator's ValueError ('input.augment=...: expected ...', 'config.loss=...')
+    as a ConfigError naming the flag ('--config.input.augment=...')."""
+    message = str(error).splitlines()[0]
+    message = "--" + message if message.startswith("config.") else "--config." + message
+    key = message[len("--config.") :].split("=")[0].split(":")[0]
+    hint = hint or HINTS.get(key)
+    return ConfigError(f"{message}; {hint}" if hint else message)
+
+
+def _model_arguments(config):
+    """The keyword arguments `VisionTransformer` gets (a builder's sizes left out)."""
+    spec = config.model
+    spec = spec.to_dict() if hasattr(spec, "to_dict") else spec
+    overrides = dict(config.model_overrides)
+    if isinstance(spec, str):
+        return spec, overrides
+    if not isinstance(spec, dict):
+        raise ConfigError(
+            f"--config.model={spec!r}: expected a keras_vit builder name (e.g. ViT_B16) or a "
+            "dict of VisionTransformer arguments"
+        )
+    spec = dict(spec)
+    return spec.pop("variant", None), {**spec, **overrides}
+
+
+def check_model(config):
+    """config.model names a builder, and it with model_overrides binds to VisionTransformer."""
+    variant, arguments = _model_arguments(config)
+    if variant is not None and variant not in builders.BUILDERS:
+        raise ConfigError(
+            f"--config.model={variant!r}: no such keras_vit builder; known: "
+            f"{', '.join(builders.BUILDERS)}"
+        )
+    try:
+        inspect.signature(VisionTransformer).bind(**{**arguments, "image_size": config.image_size})
+    except TypeError as e:
+        raise ConfigError(
+            f"--config.model / --config.model_overrides: VisionTransformer {e}"
+        ) from None
+
+
+def check_objective(config):
+    """The objective named by config.objective (its loss and options checked)."""
+    try:
+        objective = objectives.get(config.objective)
+        objective.loss(config)
+        if isinstance(objective, masked_patch.MaskedPatch):
+            options = masked_patch.options(config)
+            try:
+                masked_patch_lib.num_target_classes(options["target"], options["bits"])
+            except ValueError as e:
+                raise ValueError(f"masked_patch: {e}") from None
+    except ValueError as e:
+        raise _flag_error(e) from None
+    return objective
+
+
+def check_schedule(config, total_steps):
+    """The learning-rate schedule over the plan's `total_steps`, and the optimizer."""
+    try:
+        schedule = schedules.WarmupDecay(
+            config.learning_rate,
+            total_steps,
+            config.warmup_steps,
+            config.decay_type,
+            config.linear_end,
+        )
+        optimizers.make_optimizer(config, schedule)
+    except ValueError as e:
+        raise _flag_error(e) from None
+    check_finetune_controls(config)
+
+
+def check_finetune_controls(config):
+    """config.freeze, config.layer_decay and config.weight_decay_exclude."""
+    try:
+        freeze.check(config.freeze)
+        layer_decay.check(config.layer_decay)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    names = config.weight_decay_exclude
+    if isinstance(names, str) or not all(isinstance(n, str) and n for n in names or ()):
+        raise ConfigError(
+            f"--config.weight_decay_exclude={names!r}: expected a tuple of variable names, "
+            'e.g. \'("bias", "gamma", "beta", "pos_embedding", "cls")\''
+        )
+
+
+def check_input(config, objective):
+    """config.input: the augmentation the pipeline resolves, the crop, shard_by, and
+    Mixup / CutMix only with class labels (`objective`'s)."""
+    inp = config.input
+    try:
+        aug = augment.resolve(inp)
+        input_pipeline.preprocess_train(
+            tf.zeros([TRIAL_SIZE, TRIAL_SIZE, 3], tf.uint8),
+            tf.zeros([2], tf.int64),
+            (TRIAL_SIZE, TRIAL_SIZE),
+            augment=inp.augment,
+            area_range=tuple(inp.area_range),
+            flip=False,
+        )
+    except ValueError as e:
+        hint = None
+        if str(inp.augment).strip().lower() in augment.AUGREG:
+            hint = (
+                f"{inp.augment!r} is an AugReg setting: give --config.input.aug_setting="
+                f"{inp.augment} (input.augment is the crop)"
+            )
+        raise _flag_error(e, hint) from None
+    if inp.shard_by not in SHARD_BY:
+        raise ConfigError(f"--config.input.shard_by={inp.shard_by!r}: expected one of {SHARD_BY}")
+    if (aug["mixup"] or aug["cutmix"]) and not isinstance(objective, objectives.Classification):
+        raise ConfigError(
+            f"--config.input.mixup / cutmix / aug_setting: Mixup and CutMix ({augment.describe(aug)}) "
+            f"mix class labels, which the {objective.name} objective's targets are not; give "
+            "--config.input.mixup=0 --config.input.cutmix=0"
+        )
+
+
+@contextlib.contextmanager
+def _quiet(logger):
+    """`logger` at ERROR: what a trial run would warn, the run itself says again."""
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def check_evals(config, strategy, objective, data_dir, num_classes):
+    """config.evals as `evaluators.build` makes them (names, types, settings)."""
+    context = evaluators.Context(
+        data_dir, config.image_size, num_classes, objective, strategy, config.batch_size, {}
+    )
+    try:
+        with _quiet(log):
+            evaluators.build(config.evals, context)
+    except ValueError as e:
+        raise _flag_error(e) from None
+
+
+def jit_compile(config, strategy):
+    """`config.jit_compile` resolved for `strategy` (compilation.training_jit_compile):
+    True or False; "auto" logs its choice and why. ConfigError for True where XLA cannot
+    train, or a value that is not "auto", True or False."""
+    requested = config.jit_compile
+    policy = strategy_lib.dtype_policy(strategy, config.mixed_precision)
+    try:
+        choice, reason = compilation.training_jit_compile(
+            requested,
+            strategy=strategy_lib.kind(strategy),
+            device_type=strategy_lib.device_type(strategy),
+            replicas=strategy.num_replicas_in_sync,
+            compute_dtype=keras.DTypePolicy(policy).compute_dtype,
+            cpu_flags=compilation.cpu_flags(),
+            deterministic=bool(config.deterministic_ops),
+        )
+    except compilation.JitCompileError as e:
+        raise ConfigError(
+            f"--config.jit_compile=True: {e.reason}; give --config.jit_compile=auto (or False)"
+        ) from None
+    except ValueError as e:
+        raise _flag_error(e) from None
+    if requested == "auto":
+        log.info("jit_compile=auto -> %s: %s", "XLA" if choice else "no XLA", reason)
+    return choice
+
+
+def check(config, strategy, *, data_dir, num_classes, total_steps):
+    """Raises ConfigError for the first mistake in `config` (module docstring); returns the
+    `jit_compile` to compile with.
+
+    Args:
+        config: the resolved config (trainers/train_config.resolve).
+        strategy: the run's tf.distribute.Strategy.
+        data_dir: the TFRecords directory (its manifest read by the evaluators' check).
+        num_classes: the classes the model is built with.
+        total_steps: the steps the plan trains (the schedule's length).
+    """
+    check_model(config)
+    objective = check_objective(config)
+    check_schedule(config, total_steps)
+    check_input(config, objective)
+    check_evals(config, strategy, objective, data_dir, num_classes)
+    return jit_compile(config, strategy)
