@@ -66,11 +66,20 @@ def test_crafted_urls_are_refused_naming_the_url(url, named, tmp_path, cache_roo
         raise AssertionError("a refused URL reached the download")
 
     monkeypatch.setattr(download, "_download", no_network)
-    entry = registry.resolve(url, "ViT_Ti16")
     with pytest.raises(ValueError, match="cannot name a file in the checkpoint cache") as info:
-        registry.fetch(entry)
+        registry.fetch(registry.resolve(url, "ViT_Ti16"))  # refused by resolve already
     assert repr(named or url) in str(info.value)
     assert files_under(tmp_path) == []
+
+
+def test_a_url_fragment_gives_the_expected_sha256():
+    digest = "ab" * 32
+    entry = registry.resolve(f"https://example.com/models/x.npz#sha256={digest.upper()}")
+    assert (entry.url, entry.sha256) == ("https://example.com/models/x.npz", digest)
+    assert registry.resolve("https://example.com/models/x.npz").sha256 is None
+    for fragment in ("sha256=abc", "md5=" + digest, "sha256=" + "g" * 64):
+        with pytest.raises(ValueError, match="fragment can only be #sha256=<64 hex digits>"):
+            registry.resolve(f"https://example.com/models/x.npz#{fragment}")
 
 
 def test_the_builder_refuses_the_issues_url(tmp_path, cache_root):

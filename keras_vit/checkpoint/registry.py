@@ -177,7 +177,29 @@ def resolve(weights, variant=None):
     return lookup(variant, weights)
 
 
+SHA256_FRAGMENT = "sha256="  # https://.../file.npz#sha256=<64 hex digits>, as pip's URLs
+
+
+def _split_sha256(url):
+    """(url without its fragment, the SHA-256 the fragment names or None)."""
+    url, _, fragment = url.partition("#")
+    if not fragment:
+        return url, None
+    digest = fragment[len(SHA256_FRAGMENT) :].lower()
+    if (
+        not fragment.startswith(SHA256_FRAGMENT)
+        or len(digest) != 64
+        or not all(c in "0123456789abcdef" for c in digest)
+    ):
+        raise ValueError(
+            f"weights={url}#{fragment!s}: a URL's fragment can only be #sha256=<64 hex digits>"
+        )
+    return url, digest
+
+
 def _url_entry(url, variant):
+    weights = url
+    url, sha256 = _split_sha256(url)
     if not url.startswith(URL_SCHEMES):
         raise ValueError(
             f"weights={url!r}: only https:// and gs:// URLs are downloaded "
@@ -190,12 +212,13 @@ def _url_entry(url, variant):
         if not bucket or not path:
             raise ValueError(f"weights={url!r}: expected gs://BUCKET/PATH.npz.")
         url = f"{GCS_HTTPS}/{bucket}/{urllib.parse.quote(path, safe='/')}"
+    filename = _cache_names(url)[1]  # a URL that would escape the cache is refused here
     try:
-        name = augreg.parse(_cache_names(url)[1])
+        name = augreg.parse(filename)
     except ValueError:  # not an AugReg file name: the file alone says what it holds
-        return Entry(url)
-    _check_variant(name, variant, url)
-    return Entry(url, name.resolution, name.num_classes, representation_size=None)
+        return Entry(url, sha256=sha256)
+    _check_variant(name, variant, weights)
+    return Entry(url, name.resolution, name.num_classes, representation_size=None, sha256=sha256)
 
 
 def _check_variant(name, variant, weights):

@@ -205,7 +205,7 @@ def _recorded(config, origin, error):
 
 def _is_url(weights):
     return weights.startswith(("http://", "https://")) or (
-        "://" in weights and weights.endswith(".npz")
+        "://" in weights and weights.partition("#")[0].endswith(".npz")
     )
 
 
