@@ -27,7 +27,7 @@ def main():
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from keras_vit_benchmarks.machine import describe, machine_info
-    from keras_vit_trainers import input_pipeline
+    from keras_vit_trainers import input_pipeline, input_spec, objectives
 
     from keras_vit.run_directory import RunDirectory
 
@@ -36,16 +36,14 @@ def main():
     spec.loader.exec_module(module)
     config = module.get_config()
     inp = config.input
-    ds = input_pipeline.train_dataset(
-        a.data_dir,
-        batch_size=config.batch_size,
-        image_size=config.image_size,
-        augment=inp.augment,
-        area_range=tuple(inp.area_range),
-        flip=inp.flip,
-        shuffle_buffer=inp.shuffle_buffer,
-        num_classes=config.num_classes or 10,
+    manifest = input_pipeline.read_manifest(a.data_dir)
+    data_spec = input_spec.InputSpec.from_config(
+        config,
+        config.num_classes or int(manifest["num_classes"]),
+        bool(manifest.get("multi_label", False)),
+        objectives.get(config.objective),
     )
+    ds = input_pipeline.train_dataset(a.data_dir, data_spec, batch_size=config.batch_size)
     machine = machine_info()
     it = iter(ds)
     for _ in range(5):  # warm up (fill the shuffle window)

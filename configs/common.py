@@ -147,6 +147,9 @@ def base_config(model="ViT_B16"):
             shard_by="examples",  # examples (exact global batches) | files (huge data)
             strict=False,  # corrupt data fatal instead of skipped + counted
             verify_max_bytes=VERIFY_MAX_BYTES,
+            # an image declaring more pixels is a record that does not decode;
+            # None: deploy/image_header.DEFAULT_MAX_PIXELS (trainers/input_spec.py)
+            max_pixels=placeholder(int),
         )
     )
     c.masked_patch = ml_collections.ConfigDict(MASKED_PATCH)  # objective="masked_patch"

@@ -3,14 +3,16 @@ per-batch Mixup / CutMix, the AugReg names, and the pipeline staying a pure
 function of (seed, step) with augmentation on."""
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from keras_vit_trainers import augment, testing
 from keras_vit_trainers import input_pipeline as ip
+from keras_vit_trainers.input_spec import InputSpec
 
-KW = dict(image_size=28, seed=3, num_classes=4, augment="inception_crop", shuffle_buffer=100)
+SPEC = InputSpec(image_size=28, seed=3, num_classes=4, augment="inception_crop", shuffle_buffer=100)
 AUG = dict(randaug=(2, 10), mixup=0.2, cutmix=1.0)
 
 # big_vision configs/vit_i21k.py and configs/vit_i1k.py (MIXUP_DEF p, RANDAUG_DEF).
@@ -200,10 +202,10 @@ def test_each_image_draws_its_own_ops():
 
 
 def test_pipeline_randaugments_each_example_with_its_own_seed(data):
-    kw = dict(KW, augment="none", flip=False)  # 28 px data at 28 px: the raw images
-    ((plain, labels),) = testing.take(ip.train_dataset(data, batch_size=8, **kw), 1)
+    spec = replace(SPEC, augment="none", flip=False)  # 28 px data at 28 px: the raw images
+    ((plain, labels),) = testing.take(ip.train_dataset(data, spec, batch_size=8), 1)
     ((aug, aug_labels),) = testing.take(
-        ip.train_dataset(data, batch_size=8, augmentation={"randaug": (2, 10)}, **kw), 1
+        ip.train_dataset(data, replace(spec, augmentation={"randaug": (2, 10)}), batch_size=8), 1
     )
     np.testing.assert_array_equal(labels, aug_labels)
     raw = np.round(plain * ip.SCALE + ip.MEAN)
@@ -291,9 +293,9 @@ def test_both_on_picks_one_per_batch():
 
 
 def test_no_augmentation_is_todays_stream(data):
-    ref = testing.take(ip.train_dataset(data, batch_size=8, **KW), 3)
+    ref = testing.take(ip.train_dataset(data, SPEC, batch_size=8), 3)
     for off in (None, {}, {"aug_setting": "none"}, {"randaug": "", "mixup": 0, "cutmix": None}):
-        got = testing.take(ip.train_dataset(data, batch_size=8, augmentation=off, **KW), 3)
+        got = testing.take(ip.train_dataset(data, replace(SPEC, augmentation=off), batch_size=8), 3)
         for (a, b), (c, d) in zip(ref, got):
             np.testing.assert_array_equal(a, c)
             np.testing.assert_array_equal(b, d)
@@ -304,17 +306,17 @@ def test_augmented_stream_is_deterministic_and_resumable(data):
     def one_hot(x, y):  # what objectives.Classification.map_batch does
         return x, tf.one_hot(y, 4)
 
-    kw = dict(KW, batch_fn=one_hot, augmentation=AUG)
-    full = testing.take(ip.train_dataset(data, batch_size=8, **kw), 16)  # > 1 epoch (12 steps)
-    again = testing.take(ip.train_dataset(data, batch_size=8, **kw), 16)
-    resumed = testing.take(ip.train_dataset(data, batch_size=8, start_step=9, **kw), 7)
+    spec = replace(SPEC, batch_fn=one_hot, augmentation=AUG)
+    full = testing.take(ip.train_dataset(data, spec, batch_size=8), 16)  # > 1 epoch (12 steps)
+    again = testing.take(ip.train_dataset(data, spec, batch_size=8), 16)
+    resumed = testing.take(ip.train_dataset(data, spec, batch_size=8, start_step=9), 7)
     for (a, b), (c, d) in zip(full, again):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
     for (a, b), (c, d) in zip(full[9:], resumed):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
-    plain = testing.take(ip.train_dataset(data, batch_size=8, batch_fn=one_hot, **KW), 2)
+    plain = testing.take(ip.train_dataset(data, replace(SPEC, batch_fn=one_hot), batch_size=8), 2)
     for (x, y), (x0, y0) in zip(full, plain):
         assert x.shape == x0.shape == (8, 28, 28, 3) and x.dtype == np.float32
         assert y.shape == y0.shape == (8, 4) and y.dtype == np.float32
@@ -322,7 +324,7 @@ def test_augmented_stream_is_deterministic_and_resumable(data):
         np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-6)
         assert not np.array_equal(x, x0)
     assert any((y < 1).any() and (y > 0).any() for _, y in full)  # labels were mixed
-    dist = ip.distributed_train_dataset(tf.distribute.get_strategy(), data, 8, **kw)
+    dist = ip.distributed_train_dataset(tf.distribute.get_strategy(), data, spec, 8)
     x, y = next(iter(dist))
     np.testing.assert_array_equal(x, full[0][0])
     np.testing.assert_array_equal(y, full[0][1])
@@ -331,9 +333,10 @@ def test_augmented_stream_is_deterministic_and_resumable(data):
 def test_a_pipeline_feeding_two_replicas_resumes_on_the_same_batches(data):
     # Under a mirrored strategy on one worker the pipeline yields per-replica batches, two
     # per step: step s's are batches 2s and 2s + 1, mixed as in an uninterrupted run.
-    kw = dict(KW, augmentation=AUG, batch_size=4, global_batch_size=8)
-    full = testing.take(ip.train_dataset(data, **kw), 14)
-    resumed = testing.take(ip.train_dataset(data, start_step=4, **kw), 6)
+    spec = replace(SPEC, augmentation=AUG)
+    kw = dict(batch_size=4, global_batch_size=8)
+    full = testing.take(ip.train_dataset(data, spec, **kw), 14)
+    resumed = testing.take(ip.train_dataset(data, spec, start_step=4, **kw), 6)
     for (a, b), (c, d) in zip(full[8:], resumed):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
@@ -342,9 +345,10 @@ def test_a_pipeline_feeding_two_replicas_resumes_on_the_same_batches(data):
     context = tf.distribute.InputContext(
         num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=4
     )
-    kw = dict(kw, global_batch_size=16, shard_by="files", input_context=context)
-    full = testing.take(ip.train_dataset(data, **kw), 14)
-    resumed = testing.take(ip.train_dataset(data, start_step=4, **kw), 6)
+    spec = replace(spec, shard_by="files")
+    kw = dict(kw, global_batch_size=16, input_context=context)
+    full = testing.take(ip.train_dataset(data, spec, **kw), 14)
+    resumed = testing.take(ip.train_dataset(data, spec, start_step=4, **kw), 6)
     for (a, b), (c, d) in zip(full[8:], resumed):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
@@ -352,7 +356,7 @@ def test_a_pipeline_feeding_two_replicas_resumes_on_the_same_batches(data):
 
 def test_mixing_needs_class_labels(data):
     ((_, y),) = testing.take(
-        ip.train_dataset(data, batch_size=8, augmentation={"mixup": 0.5}, **KW), 1
+        ip.train_dataset(data, replace(SPEC, augmentation={"mixup": 0.5}), batch_size=8), 1
     )
     assert y.shape == (8, 4) and y.dtype == np.float32  # int labels one-hot encoded first
     np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-6)
@@ -363,5 +367,7 @@ def test_mixing_needs_class_labels(data):
 
     with pytest.raises(ValueError, match="input.mixup / input.cutmix"):
         ip.train_dataset(
-            data, batch_size=8, batch_fn=patch_targets, augmentation={"cutmix": 1.0}, **KW
+            data,
+            replace(SPEC, batch_fn=patch_targets, augmentation={"cutmix": 1.0}),
+            batch_size=8,
         )

@@ -1,6 +1,7 @@
 """The tf.data pipeline: deterministic (resume = skip), exact global batches across
 pipelines, corrupt shards skipped and counted, clear errors for bad data dirs."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -9,8 +10,9 @@ import tensorflow as tf
 from keras_vit_deploy import records
 from keras_vit_trainers import input_pipeline as ip
 from keras_vit_trainers import testing
+from keras_vit_trainers.input_spec import InputSpec
 
-KW = dict(image_size=28, seed=3, num_classes=4, augment="inception_crop", shuffle_buffer=100)
+SPEC = InputSpec(image_size=28, seed=3, num_classes=4, augment="inception_crop", shuffle_buffer=100)
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +23,9 @@ def data(tmp_path_factory):
 
 
 def test_stream_is_deterministic_and_resumable(data):
-    full = testing.take(ip.train_dataset(data, batch_size=8, **KW), 30)  # > 2 epochs
-    again = testing.take(ip.train_dataset(data, batch_size=8, **KW), 30)
-    resumed = testing.take(ip.train_dataset(data, batch_size=8, start_step=17, **KW), 13)
+    full = testing.take(ip.train_dataset(data, SPEC, batch_size=8), 30)  # > 2 epochs
+    again = testing.take(ip.train_dataset(data, SPEC, batch_size=8), 30)
+    resumed = testing.take(ip.train_dataset(data, SPEC, batch_size=8, start_step=17), 13)
     for (a, b), (c, d) in zip(full, again):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
@@ -40,7 +42,7 @@ def test_stream_is_deterministic_and_resumable(data):
 
 
 def test_pipelines_split_each_global_batch_exactly(data):
-    single = testing.take(ip.train_dataset(data, batch_size=8, **KW), 4)
+    single = testing.take(ip.train_dataset(data, SPEC, batch_size=8), 4)
     parts = []
     for p in range(2):
         ctx = tf.distribute.InputContext(
@@ -48,7 +50,7 @@ def test_pipelines_split_each_global_batch_exactly(data):
         )
         parts.append(
             testing.take(
-                ip.train_dataset(data, batch_size=4, global_batch_size=8, input_context=ctx, **KW),
+                ip.train_dataset(data, SPEC, batch_size=4, global_batch_size=8, input_context=ctx),
                 4,
             )
         )
@@ -59,7 +61,7 @@ def test_pipelines_split_each_global_batch_exactly(data):
 
 
 def test_eval_pads_to_fixed_batches_without_losing_examples(data):
-    ds = ip.eval_dataset(data, batch_size=16, num_classes=4, image_size=28, drop_remainder=True)
+    ds = ip.eval_dataset(data, SPEC, batch_size=16, drop_remainder=True)
     weights = np.concatenate([w.numpy() for _, _, w in ds])
     assert len(weights) == 48 and weights.sum() == 40
 
@@ -77,7 +79,7 @@ def test_corrupt_shard_is_skipped_and_counted(data, tmp_path):
     assert split.corrupt_files == ("train-00001-of-00003.tfrecord",)
     assert 0 < split.skipped_records < 32 and split.num_examples == 96 - split.skipped_records
     n = sum(
-        len(y) for _, y in ip.train_dataset(str(bad), batch_size=1, **KW).take(split.num_examples)
+        len(y) for _, y in ip.train_dataset(str(bad), SPEC, batch_size=1).take(split.num_examples)
     )
     assert n == split.num_examples
     with pytest.raises(ip.DataError, match="corrupt shard"):
@@ -85,9 +87,13 @@ def test_corrupt_shard_is_skipped_and_counted(data, tmp_path):
     # The few-shot evaluator checks its splits as config.input says too.
     from keras_vit_trainers import fewshot_evaluator
 
-    lenient = fewshot_evaluator.FewShotEvaluator(str(bad), 28, train_split="train")
+    lenient = fewshot_evaluator.FewShotEvaluator(
+        str(bad), InputSpec(image_size=28), train_split="train"
+    )
     assert lenient._split("train", None).num_examples == split.num_examples
-    strict = fewshot_evaluator.FewShotEvaluator(str(bad), 28, strict=True, train_split="train")
+    strict = fewshot_evaluator.FewShotEvaluator(
+        str(bad), InputSpec(image_size=28, strict=True), train_split="train"
+    )
     with pytest.raises(ip.DataError, match="corrupt shard"):
         strict._split("train", None)
 
@@ -124,14 +130,15 @@ def _data_with_bad_records(directory, n=24, bad=(5, 14)):
 
 def test_resume_past_records_that_do_not_decode_sees_the_uninterrupted_batches(tmp_path):
     data = _data_with_bad_records(tmp_path)
-    kw = dict(batch_size=4, image_size=4, seed=1, num_classes=24, augment="none", flip=False)
-    kw.update(shuffle_buffer=8)
+    spec = InputSpec(image_size=4, seed=1, num_classes=24, augment="none", flip=False)
+    spec = dataclasses.replace(spec, shuffle_buffer=8)
+    kw = dict(batch_size=4)
     steps = 8  # an epoch is 6 steps of 4 records
-    full = testing.take(ip.train_dataset(data, **kw), steps)
+    full = testing.take(ip.train_dataset(data, spec, **kw), steps)
     # Shuffled in windows of 8 records, record 5 is read in steps 0-1, record 14 in 2-3:
     # resume after one, and after both.
     for start in (2, 4):
-        resumed = testing.take(ip.train_dataset(data, start_step=start, **kw), steps - start)
+        resumed = testing.take(ip.train_dataset(data, spec, start_step=start, **kw), steps - start)
         for step, ((x, y), (rx, ry)) in enumerate(zip(full[start:], resumed), start):
             np.testing.assert_array_equal(ry, y, err_msg=f"labels at step {step}")
             np.testing.assert_array_equal(rx, x, err_msg=f"images at step {step}")
@@ -143,12 +150,14 @@ def test_resume_past_records_that_do_not_decode_sees_the_uninterrupted_batches(t
     for x, y in full:  # the image is the record's own (pixels i <-> label i)
         np.testing.assert_allclose(x[:, 0, 0, 0], y / 127.5 - 1.0, atol=1e-6)
     with pytest.raises(tf.errors.InvalidArgumentError):
-        testing.take(ip.train_dataset(data, strict=True, **kw), 6)
+        testing.take(ip.train_dataset(data, dataclasses.replace(spec, strict=True), **kw), 6)
 
 
 def test_eval_gives_records_that_do_not_decode_weight_0_in_place(tmp_path):
     data = _data_with_bad_records(tmp_path)
-    batches = list(ip.eval_dataset(data, split="train", batch_size=5, image_size=4, num_classes=24))
+    batches = list(
+        ip.eval_dataset(data, InputSpec(image_size=4, num_classes=24), split="train", batch_size=5)
+    )
     weights = np.concatenate([w for _, _, w in batches])
     labels = np.concatenate([y for _, y, _ in batches])
     assert len(weights) == 25  # 24 records and one padding row

@@ -52,7 +52,9 @@ def evaluator(data_dir, **options):
         "max_train_examples": None,
         **options,
     }
-    return fewshot_evaluator.FewShotEvaluator(data_dir, 28, **options)
+    from keras_vit_trainers.input_spec import InputSpec
+
+    return fewshot_evaluator.FewShotEvaluator(data_dir, InputSpec(image_size=28), **options)
 
 
 def count_images(monkeypatch):

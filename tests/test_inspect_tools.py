@@ -134,9 +134,11 @@ def test_images_are_read_from_files_and_tfrecords_and_a_bad_glob_is_named(data_d
 
 def test_fewshot_evaluator_refuses_a_model_of_other_than_rgb_input(data_dir):
     from keras_vit_trainers import fewshot_evaluator
+    from keras_vit_trainers.input_spec import InputSpec
 
     grey = keras_vit.VisionTransformer(**{**MODEL, "image_size": None}, input_shape=(16, 16, 1))
-    evaluator = fewshot_evaluator.FewShotEvaluator(data_dir, grey.image_size, shots=[1])
+    spec = InputSpec(image_size=grey.image_size)
+    evaluator = fewshot_evaluator.FewShotEvaluator(data_dir, spec, shots=[1])
     with pytest.raises(ValueError, match="takes 1-channel images; use a 3-channel model"):
         evaluator.evaluate(grey)
 
@@ -162,10 +164,10 @@ def test_fewshot_tool_reports_every_shot_count(data_dir, run_dir, tmp_path):
 
 def _evaluator_context(data_dir):
     from keras_vit_trainers import evaluators, objectives
+    from keras_vit_trainers.input_spec import InputSpec
 
-    return evaluators.Context(
-        data_dir, IMAGE, NUM_CLASSES, objectives.get("classification"), None, 8, {}
-    )
+    spec = InputSpec(image_size=IMAGE, num_classes=NUM_CLASSES)
+    return evaluators.Context(data_dir, spec, objectives.get("classification"), None, 8)
 
 
 def test_fewshot_evaluator_runs_every_n_steps(data_dir):

@@ -14,6 +14,7 @@ from absl.testing import flagsaver
 from keras_vit_tools import make_tfrecords
 from keras_vit_trainers import input_pipeline as ip
 from keras_vit_trainers import testing
+from keras_vit_trainers.input_spec import InputSpec
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
 
@@ -60,7 +61,9 @@ def test_fashion_mnist_flags(tmp_path, capsys):
     assert [s["count"] for s in manifest["splits"]["train"]["shards"]] == [17, 17, 16]
     labels = make_tfrecords.read_idx(f"{FMNIST}/train-labels-idx1-ubyte.gz")[:50]
     images = make_tfrecords.read_idx(f"{FMNIST}/train-images-idx3-ubyte.gz")[:50]
-    ds = ip.eval_dataset(str(out), split="train", batch_size=50, image_size=28, num_classes=10)
+    ds = ip.eval_dataset(
+        str(out), InputSpec(image_size=28, num_classes=10), split="train", batch_size=50
+    )
     x, y, _ = next(iter(ds))
     np.testing.assert_array_equal(y.numpy(), labels)
     np.testing.assert_allclose(x.numpy()[..., 0], images / 127.5 - 1.0, atol=1e-6)
@@ -96,9 +99,8 @@ def test_multi_label_examples_round_trip(tmp_path):
     make_tfrecords.make_tfrecords(
         ({"train": (3, zip(images, labels))}, ["a", "b", "c"], True), str(tmp_path), progress=False
     )
-    ds = ip.eval_dataset(
-        str(tmp_path), split="train", batch_size=3, image_size=8, num_classes=3, multi_label=True
-    )
+    spec = InputSpec(image_size=8, num_classes=3, multi_label=True)
+    ds = ip.eval_dataset(str(tmp_path), spec, split="train", batch_size=3)
     _, y, _ = next(iter(ds))
     np.testing.assert_array_equal(y.numpy(), [[1, 0, 1], [0, 1, 0], [1, 1, 1]])
 
@@ -142,9 +144,8 @@ def test_undecodable_image_is_skipped_counted_and_named(tmp_path):
     split = json.loads((tmp_path / "out" / "manifest.json").read_text())["splits"]["train"]
     assert split["count"] == 4 and split["skipped"] == 1
     assert split["skipped_examples"] == [str(root / "cat" / "x.jpg")]
-    ds = ip.eval_dataset(
-        str(tmp_path / "out"), split="train", batch_size=8, image_size=4, num_classes=2
-    )
+    spec = InputSpec(image_size=4, num_classes=2)
+    ds = ip.eval_dataset(str(tmp_path / "out"), spec, split="train", batch_size=8)
     _, labels, weights = next(iter(ds))  # padded to the batch with weight 0
     assert sorted(labels.numpy()[weights.numpy() > 0].tolist()) == [0, 0, 1, 1]
 

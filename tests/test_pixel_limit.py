@@ -234,6 +234,8 @@ def test_make_tfrecords_skips_and_counts_images_above_the_limit(tmp_path, caplog
 
 
 def test_the_input_pipeline_treats_an_image_above_the_limit_as_undecodable(tmp_path, huge_png):
+    from dataclasses import replace
+
     from keras_vit_trainers import input_pipeline
 
     shard = records.shard_name("train", 0, 1)
@@ -248,11 +250,14 @@ def test_the_input_pipeline_treats_an_image_above_the_limit_as_undecodable(tmp_p
             "splits": {"train": {"count": 3, "shards": [{"file": shard, "count": 3}]}},
         },
     )
-    kw = dict(split="train", batch_size=3, image_size=4, num_classes=3)
-    _, labels, weights = next(iter(input_pipeline.eval_dataset(str(tmp_path), **kw)))
+    from keras_vit_trainers.input_spec import InputSpec
+
+    spec = InputSpec(image_size=4, num_classes=3)
+    kw = dict(split="train", batch_size=3)
+    _, labels, weights = next(iter(input_pipeline.eval_dataset(str(tmp_path), spec, **kw)))
     np.testing.assert_array_equal(weights, [1, 0, 1])
     np.testing.assert_array_equal(labels.numpy()[[0, 2]], [0, 2])
     with pytest.raises(
         tf.errors.InvalidArgumentError, match="input pipeline: an image has 144000000"
     ):
-        list(input_pipeline.eval_dataset(str(tmp_path), strict=True, **kw))
+        list(input_pipeline.eval_dataset(str(tmp_path), replace(spec, strict=True), **kw))

@@ -56,11 +56,14 @@ FLAGS = flags.FLAGS
 def run(model, data_dir, batch_size=256, **options):
     """Few-shot results of `model` on `data_dir` (keras_vit.fewshot.evaluate) and a
     dict describing the run. `options`: trainers.fewshot_evaluator.DEFAULTS."""
-    from keras_vit_trainers import fewshot_evaluator
+    from keras_vit_trainers import fewshot_evaluator, input_spec
 
     start = time.perf_counter()
     evaluator = fewshot_evaluator.FewShotEvaluator(
-        data_dir, model.image_size, batch_size=batch_size, **options
+        data_dir,
+        input_spec.InputSpec(image_size=model.image_size),
+        batch_size=batch_size,
+        **options,
     )
     results = evaluator.evaluate(model)
     info = {

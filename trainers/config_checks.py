@@ -34,6 +34,7 @@ from keras_vit_trainers import (
     evaluators,
     freeze,
     input_pipeline,
+    input_spec,
     layer_decay,
     masked_patch,
     objectives,
@@ -48,9 +49,6 @@ from keras_vit.vision_transformer import VisionTransformer
 
 log = logging.getLogger("trainers")
 
-# input_pipeline.train_dataset's `shard_by` values (checked there only once the model is
-# built).
-SHARD_BY = ("examples", "files")
 # The side of the image the crop is tried on (random_crop pads it by 4, reflected).
 TRIAL_SIZE = 16
 # Hints appended to a validator's message, by the key it starts with.
@@ -174,8 +172,10 @@ def check_input(config, objective):
                 f"{inp.augment} (input.augment is the crop)"
             )
         raise _flag_error(e, hint) from None
-    if inp.shard_by not in SHARD_BY:
-        raise ConfigError(f"--config.input.shard_by={inp.shard_by!r}: expected one of {SHARD_BY}")
+    if inp.shard_by not in input_pipeline.SHARD_BY:
+        raise ConfigError(
+            f"--config.input.shard_by={inp.shard_by!r}: expected one of {input_pipeline.SHARD_BY}"
+        )
     if (aug["mixup"] or aug["cutmix"]) and not isinstance(objective, objectives.Classification):
         raise ConfigError(
             f"--config.input.mixup / cutmix / aug_setting: Mixup and CutMix ({augment.describe(aug)}) "
@@ -197,9 +197,8 @@ def _quiet(logger):
 
 def check_evals(config, strategy, objective, data_dir, num_classes):
     """config.evals as `evaluators.build` makes them (names, types, settings)."""
-    context = evaluators.Context(
-        data_dir, config.image_size, num_classes, objective, strategy, config.batch_size, {}
-    )
+    spec = input_spec.InputSpec(image_size=config.image_size, num_classes=num_classes)
+    context = evaluators.Context(data_dir, spec, objective, strategy, config.batch_size)
     try:
         with _quiet(log):
             evaluators.build(config.evals, context)

@@ -24,7 +24,6 @@ import logging
 
 import keras
 import tensorflow as tf
-from keras_vit_configs import common
 from keras_vit_deploy import records
 from keras_vit_trainers import fewshot_evaluator, input_pipeline
 from keras_vit_trainers.summaries import write_scalar
@@ -45,24 +44,15 @@ def register(name):
 
 @dataclasses.dataclass
 class Context:
-    """What evaluators share: the data, the model's input size, the objective and the
-    strategy (for batch sizes), the training batch and the pipeline's settings."""
+    """What evaluators share: the data, the input spec (trainers/input_spec.py: the
+    model's input size, the classes, how splits are checked and images read), the
+    objective and the strategy (for batch sizes) and the training batch."""
 
     data_dir: str
-    image_size: object
-    num_classes: int
+    spec: object  # input_spec.InputSpec
     objective: object
     strategy: object
     batch_size: int
-    pipeline: dict  # eval_dataset keyword arguments (image_size, strict, batch_fn, ...)
-
-    @property
-    def split_checks(self):
-        """How splits are checked (`input_pipeline.get_split`), as config.input says."""
-        return {
-            "strict": self.pipeline.get("strict", False),
-            "verify_max_bytes": self.pipeline.get("verify_max_bytes", common.VERIFY_MAX_BYTES),
-        }
 
 
 class Evaluator:
@@ -109,17 +99,17 @@ class Classification(Evaluator):
     def dataset(self):
         if self._dataset is None:
             ctx = self.context
-            info = input_pipeline.get_split(ctx.data_dir, self.split, **ctx.split_checks)
+            info = input_pipeline.get_split(ctx.data_dir, self.split, **ctx.spec.split_checks)
             replicas = ctx.strategy.num_replicas_in_sync
             batch = min(self.batch_size, -(-info.num_examples // replicas) * replicas)
             batch = max(batch - batch % replicas, replicas)
             self._dataset = input_pipeline.eval_dataset(
                 ctx.data_dir,
+                ctx.spec,
                 batch_size=batch,
                 split=self.split,
                 drop_remainder=isinstance(ctx.strategy, tf.distribute.TPUStrategy),
                 info=info,
-                **ctx.pipeline,
             )
         return self._dataset
 
@@ -142,9 +132,7 @@ class FewShot(Evaluator):
         super().__init__(name, every, context)
         self.evaluator = fewshot_evaluator.FewShotEvaluator(
             context.data_dir,
-            context.image_size,
-            context.num_classes,
-            **context.split_checks,
+            context.spec,
             **options,
         )
         self.vit = None  # the ViT whose features are read; default: the trained model

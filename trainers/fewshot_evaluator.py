@@ -25,6 +25,7 @@ representation ('pre_logits' | 'token' | 'gap'), train_split, test_split,
 max_train_examples, max_test_examples (0: the whole split), batch_size.
 """
 
+import dataclasses
 import logging
 
 import keras
@@ -98,10 +99,10 @@ def read_labels(info, batch_size=4096, desc="few-shot labels"):
         return _labels_per_record(info, batch_size, bar)
 
 
-def subset_dataset(info, positions, batch_size, image_size):
+def subset_dataset(info, positions, batch_size, spec):
     """Batches (images, labels, positions) of the records at `positions` (sorted,
     as from `read_labels`) of `info`, preprocessed as `input_pipeline.eval_dataset`
-    does, in position order; no padding (the last batch may be smaller). Shards
+    does with `spec` (image_size, max_pixels), in position order; no padding (the last batch may be smaller). Shards
     without a wanted record are not opened and each shard is read up to its last
     wanted record only. A record that fails to parse or decode is skipped."""
     positions = np.asarray(positions, np.int64)
@@ -116,7 +117,6 @@ def subset_dataset(info, positions, batch_size, image_size):
     wanted = np.zeros(int(sum(info.counts)), bool)
     wanted[positions] = True
     wanted = tf.constant(wanted)
-    image_size = input_pipeline._size(image_size)
     ds = tf.data.Dataset.from_tensor_slices(
         (files, tf.constant(takes, tf.int64), tf.constant(offsets, tf.int64))
     )
@@ -127,7 +127,8 @@ def subset_dataset(info, positions, batch_size, image_size):
 
     def process(position, record):
         encoded, label = input_pipeline.parse(record, None, False)
-        image = input_pipeline.preprocess_eval(input_pipeline.decode(encoded), image_size)
+        image = input_pipeline.decode(encoded, spec.max_pixels)
+        image = input_pipeline.preprocess_eval(image, spec.image_size, spec.preprocessing)
         return image, label, position
 
     ds = ds.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -142,10 +143,11 @@ class FewShotEvaluator:
 
     Args:
       data_dir: a tools/make_tfrecords.py directory.
-      image_size: the model's input size (int or (H, W)).
-      num_classes: default: the manifest's.
-      strict, verify_max_bytes: how the splits are checked, as `config.input`'s
-        (`input_pipeline.get_split`): strict makes a corrupt shard an error.
+      spec: an input_spec.InputSpec; read from it: image_size (the model's input
+        size), num_classes (None: the manifest's), max_pixels, and how the splits are
+        checked (strict, verify_max_bytes, `input_pipeline.get_split`: strict makes a
+        corrupt shard an error). Images are preprocessed as for evaluation, without
+        its batch_fn, and one that does not decode has weight 0 even when strict.
       **options: see DEFAULTS (shots, num_seeds, l2, representation, splits, caps
         on the number of examples read: the first N of each split).
     """
@@ -153,10 +155,7 @@ class FewShotEvaluator:
     def __init__(
         self,
         data_dir,
-        image_size,
-        num_classes=None,
-        strict=False,
-        verify_max_bytes=common.VERIFY_MAX_BYTES,
+        spec,
         **options,
     ):
         unknown = set(options) - set(DEFAULTS)
@@ -166,9 +165,13 @@ class FewShotEvaluator:
             )
         self.options = {**DEFAULTS, **options}
         self.data_dir = data_dir
-        self.image_size = image_size
-        self.strict, self.verify_max_bytes = bool(strict), verify_max_bytes  # config.input's
-        self.num_classes = num_classes or input_pipeline.get_num_classes(data_dir)
+        self.spec = spec
+        # The features' pipeline: eval_dataset's, on the labels as read (not the
+        # objective's targets), an undecodable image weight 0 (the indices rely on it).
+        self._features_spec = dataclasses.replace(
+            spec, strict=False, batch_fn=None, multi_label=False, augmentation=None
+        )
+        self.num_classes = spec.num_classes or input_pipeline.get_num_classes(data_dir)
         self._splits = {}  # (split, max_examples) -> input_pipeline.Split, scanned once
         self._draws = None  # (train labels, needed indices, their record positions)
         self._subset_failed = False  # a k-shot image did not decode: full extraction
@@ -178,17 +181,15 @@ class FewShotEvaluator:
     def _split(self, split, max_examples):
         key = (split, max_examples)
         if key not in self._splits:
-            info = input_pipeline.get_split(
-                self.data_dir, split, self.strict, self.verify_max_bytes
-            )
+            info = input_pipeline.get_split(self.data_dir, split, **self.spec.split_checks)
             self._splits[key] = records.first_examples(info, max_examples)
         return self._splits[key]
 
     def _batches(self, split, max_examples):
         return input_pipeline.eval_dataset(
             self.data_dir,
+            self._features_spec,
             batch_size=self.options["batch_size"],
-            image_size=self.image_size,
             split=split,
             info=self._split(split, max_examples),
         )
@@ -255,7 +256,7 @@ class FewShotEvaluator:
 
         def batches():
             for images, batch_labels, batch_positions in subset_dataset(
-                self._split(split, cap), positions, opts["batch_size"], self.image_size
+                self._split(split, cap), positions, opts["batch_size"], self.spec
             ):
                 seen.append(batch_positions.numpy())
                 yield images, batch_labels

@@ -8,7 +8,12 @@ uninterrupted run would have: the training stream is a pure function of
 `start_step` skips the examples already consumed (only within the current epoch;
 earlier epochs are never read).
 
-AugReg augmentation (`augmentation=`, trainers/augment.py, docs/augmentation.md):
+What is read and how is an `InputSpec` (trainers/input_spec.py), built once from the
+config; the stream is staged: `records_stream` (records of this pipeline's share, in
+order) -> `example_stage` (decode, crop, flip, RandAugment) -> `batch_stage` (batch,
+failed rows filled, the objective's batch_fn) -> `mix_stage` (Mixup / CutMix).
+
+AugReg augmentation (`spec.augmentation`, trainers/augment.py, docs/augmentation.md):
 RandAugment runs per example after the crop and flip, from its own split of the
 example seed; Mixup / CutMix run per batch, after `batch_fn` (so on one-hot
 labels), from a batch seed that is a function of (seed, step). None: off, and
@@ -29,9 +34,10 @@ as `ignore_errors` logs it and becomes a placeholder, which in training takes th
 and label of a good record of the same batch (`fill_failed_rows`), and in evaluation
 gets weight 0. Every step thus reads the same records, whichever of them decode, and
 a resumed run skips records, not decoded examples, without decoding what it skips.
-`strict=True` makes both fatal instead.
+`spec.strict` makes both fatal instead (the spec's fields: trainers/input_spec.py).
 """
 
+import dataclasses
 import logging
 import os
 
@@ -40,10 +46,15 @@ from keras_vit_configs.common import VERIFY_MAX_BYTES
 from keras_vit_deploy import image_header, records
 from keras_vit_trainers import augment as augment_lib
 
+from keras_vit import preprocessing as keras_vit_preprocessing
 from keras_vit.preprocessing import PIXEL_SCALE
 
 AUTOTUNE = tf.data.AUTOTUNE
 MEAN, SCALE = PIXEL_SCALE, PIXEL_SCALE  # [0, 255] -> [-1, 1], as the official code.
+# input.augment: the crops `preprocess_train` knows.
+CROPS = ("inception_crop", "random_crop", "none")
+# input.shard_by: how the stream is split across input pipelines (module docstring).
+SHARD_BY = ("examples", "files")
 
 
 # The record format and its manifest: deploy/records.py (one owner, shared with the writer).
@@ -148,8 +159,13 @@ def decode(encoded, max_pixels=image_header.DEFAULT_MAX_PIXELS):
         return tf.io.decode_image(encoded, channels=3, expand_animations=False)
 
 
-def scale(image):
-    return tf.cast(image, tf.float32) / SCALE - MEAN / SCALE
+def scale(image, preprocessing=None):
+    """[0, 255] pixels -> the model's input: (x - 127.5) / 127.5 as the official code,
+    or, for a model whose checkpoint states its normalisation (`model.preprocessing`,
+    a timm or transformers file), `keras_vit.preprocess_input`'s, as its exports do."""
+    if preprocessing is None:
+        return tf.cast(image, tf.float32) / SCALE - MEAN / SCALE
+    return keras_vit_preprocessing.preprocess_input(tf.cast(image, tf.float32), preprocessing)
 
 
 def inception_crop(image, seed, image_size, area_range=(0.05, 1.0)):
@@ -182,8 +198,10 @@ def preprocess_train(
     area_range=(0.05, 1.0),
     flip=True,
     randaug=None,
+    preprocessing=None,
 ):
-    """uint8 (H, W, 3) -> float32 (*image_size, 3) in [-1, 1].
+    """uint8 (H, W, 3) -> float32 (*image_size, 3) in [-1, 1] (or as `preprocessing`
+    normalises: `scale`).
 
     Crop (`augment`), flip, then `randaug` = (num_layers, magnitude) or None
     (augment_lib.randaug on the 0..255 image, before `scale`: big_vision's
@@ -200,16 +218,18 @@ def preprocess_train(
     elif augment == "none":
         image = tf.image.resize(image, image_size)
     else:
-        raise ValueError(f"input.augment={augment!r}: expected inception_crop, random_crop or none")
+        raise ValueError(
+            f"input.augment={augment!r}: expected {', '.join(CROPS[:-1])} or {CROPS[-1]}"
+        )
     if flip:
         image = tf.image.stateless_random_flip_left_right(image, seeds[1])
     if randaug:
         image = augment_lib.randaug(image, seeds[2], *randaug)
-    return scale(image)
+    return scale(image, preprocessing)
 
 
-def preprocess_eval(image, image_size):
-    return scale(tf.image.resize(image, image_size))
+def preprocess_eval(image, image_size, preprocessing=None):
+    return scale(tf.image.resize(image, image_size), preprocessing)
 
 
 # --- records that do not decode ----------------------------------------------------
@@ -294,58 +314,32 @@ def fill_failed_rows(images, labels, ok):
     return tf.gather(images, source), tf.gather(labels, source)
 
 
-# --- datasets -----------------------------------------------------------------
+# --- datasets: records -> examples -> batches -----------------------------------
 
 
-def train_dataset(
-    data_dir,
-    *,
-    batch_size,
-    image_size,
-    seed=0,
-    start_step=0,
-    global_batch_size=None,
-    input_context=None,
-    augment="inception_crop",
-    area_range=(0.05, 1.0),
-    flip=True,
-    shuffle_buffer=50_000,
-    shard_by="examples",
-    strict=False,
-    split="train",
-    num_classes=None,
-    multi_label=False,
-    verify_max_bytes=VERIFY_MAX_BYTES,
-    prefetch=True,
-    batch_fn=None,
-    max_examples=0,
-    augmentation=None,
-    max_pixels=image_header.DEFAULT_MAX_PIXELS,
-):
-    """Infinite, deterministic stream of (image, label) batches of `batch_size`.
+@dataclasses.dataclass(frozen=True)
+class Share:
+    """What one input pipeline reads of a split, from where its stream resumes.
 
-    Images are float32 (batch_size, *image_size, 3) in [-1, 1]; labels int32
-    (batch_size,) (multi_label: float32 (batch_size, num_classes)), or whatever
-    `batch_fn` maps them to. `batch_size` is this pipeline's batch (per replica under
-    distribute_datasets_from_function), `global_batch_size` the global one, which with
-    `start_step` fixes how many examples to skip on resume. `max_examples` > 0
-    uses only the split's first `max_examples` records (`first_examples`). An image
-    above `max_pixels` pixels is a record that does not decode (`decode`).
+    files: its (shard, records) pairs; start_epoch, skip: the epoch it starts in and
+    the records of that epoch already consumed; stride, offset: it keeps record
+    offset, offset + stride, ... (shard_by='examples'); batches_per_step: the batches
+    it yields per step (one per replica it feeds); first_batch: the number of its
+    first batch in an uninterrupted run."""
 
-    `augmentation`: None (none: today's stream, bit for bit), or a dict given to
-    `augment_lib.resolve`, i.e. either its result
-    dict(randaug=(n, m) | None, mixup=alpha, cutmix=alpha) or the raw
-    `config.input` dict (keys aug_setting, randaug, mixup, cutmix; others ignored).
-    RandAugment acts per example; Mixup / CutMix act on each batch after
-    `batch_fn`, and need float (batch, classes) labels there (int labels without a
-    `batch_fn` are one-hot encoded with `num_classes`); they yield float32 labels.
-    """
-    aug = augment_lib.resolve(augmentation) if augmentation is not None else None
-    randaug = aug["randaug"] if aug else None
-    mixing = bool(aug and (aug["mixup"] or aug["cutmix"]))
-    if aug:
-        logging.info("train augmentation: %s", augment_lib.describe(aug))
-    info = first_examples(get_split(data_dir, split, strict, verify_max_bytes), max_examples)
+    files: tuple
+    start_epoch: int
+    skip: int
+    stride: int
+    offset: int
+    batches_per_step: int
+    first_batch: int
+
+
+def pipeline_share(info, spec, *, batch_size, global_batch_size, start_step, input_context):
+    """The `Share` of `info` (a Split) that the pipeline of `input_context` (None: the
+    only one) reads, for per-replica `batch_size` and `global_batch_size` (None:
+    batch_size times the pipelines), resuming at `start_step`."""
     num_pipelines = input_context.num_input_pipelines if input_context else 1
     pipeline_id = input_context.input_pipeline_id if input_context else 0
     global_batch_size = global_batch_size or batch_size * num_pipelines
@@ -357,25 +351,34 @@ def train_dataset(
             f"global_batch_size={global_batch_size} over {num_pipelines} input pipeline(s) is "
             f"not a multiple of the per-replica batch_size={batch_size}."
         )
-    replicas_per_pipeline = per_pipeline // batch_size
-    image_size = _size(image_size)
-    files = list(zip(info.files, info.counts))
-    if shard_by == "files" and num_pipelines > 1:
+    files = tuple(zip(info.files, info.counts))
+    if spec.shard_by == "files" and num_pipelines > 1:
         if len(files) < num_pipelines:
             raise DataError(f"shard_by='files' needs >= {num_pipelines} shards, found {len(files)}")
         files = files[pipeline_id::num_pipelines]
         examples_per_epoch = sum(c for _, c in files)
         consumed = start_step * per_pipeline
         stride, offset = 1, 0
-    elif shard_by in ("examples", "files"):
+    elif spec.shard_by in SHARD_BY:
         examples_per_epoch = info.num_examples
         consumed = start_step * global_batch_size
         stride, offset = num_pipelines, pipeline_id
     else:
-        raise ValueError(f"input.shard_by={shard_by!r}: expected examples or files")
+        raise ValueError(f"input.shard_by={spec.shard_by!r}: expected one of {SHARD_BY}")
     start_epoch, skip = divmod(consumed, examples_per_epoch)
+    batches_per_step = per_pipeline // batch_size
+    return Share(
+        files, start_epoch, skip, stride, offset, batches_per_step, start_step * batches_per_step
+    )
+
+
+def records_stream(spec, share):
+    """The pipeline's infinite stream of (epoch int64 (), index int64 (), record string
+    ()): epoch e reads `share.files` in an order seeded by (seed, e), interleaved, each
+    window of spec.shuffle_buffer records permuted by (seed, e, window); index is the
+    record's place in its epoch. Starts after the records `share` says are consumed."""
+    files, seed = share.files, int(spec.seed)
     cycle = min(16, len(files))
-    seed = int(seed)
     file_names = tf.constant([f for f, _ in files])
     file_counts = tf.constant([c for _, c in files], tf.int64)
 
@@ -393,7 +396,7 @@ def train_dataset(
             deterministic=True,
             num_parallel_calls=AUTOTUNE,
         )
-        if shuffle_buffer > 1:  # stateless block shuffle: windows permuted by (seed, epoch, w)
+        if spec.shuffle_buffer > 1:  # stateless block shuffle: windows permuted by (seed, epoch, w)
 
             def shuffle_window(w, records):
                 order = tf.random.experimental.stateless_shuffle(
@@ -402,45 +405,107 @@ def train_dataset(
                 )
                 return tf.data.Dataset.from_tensor_slices(tf.gather(records, order))
 
-            ds = ds.batch(shuffle_buffer).enumerate().flat_map(shuffle_window)
+            ds = ds.batch(spec.shuffle_buffer).enumerate().flat_map(shuffle_window)
         return ds.enumerate().map(lambda i, r: (epoch, i, r))
 
-    ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch_records)
-    if skip:
-        ds = ds.skip(skip)
-    if stride > 1:
-        ds = ds.shard(stride, offset)
+    ds = tf.data.Dataset.range(share.start_epoch, 2**62).flat_map(epoch_records)
+    if share.skip:
+        ds = ds.skip(share.skip)
+    if share.stride > 1:
+        ds = ds.shard(share.stride, share.offset)
+    return ds
+
+
+def example_stage(ds, spec):
+    """(epoch, index, record) -> (image float32 (*image_size, 3) in [-1, 1], label),
+    decoded and augmented (crop, flip, RandAugment) with seeds of (seed, epoch, index).
+    Not strict: one element per record, (image, label, ok bool ()), a record that does
+    not decode a zero image with ok False (`map_keeping_positions`)."""
+    seed = int(spec.seed)
+    randaug = spec.augmentation["randaug"] if spec.augmentation else None
 
     def process(epoch, index, record):
-        encoded, label = parse(record, num_classes, multi_label)
+        encoded, label = parse(record, spec.num_classes, spec.multi_label)
         example_seed = tf.stack([tf.cast(seed, tf.int64) * 65_537 + epoch, index])
         image = preprocess_train(
-            decode(encoded, max_pixels),
+            decode(encoded, spec.max_pixels),
             example_seed,
-            image_size,
-            augment,
-            area_range,
-            flip,
+            spec.image_size,
+            spec.augment,
+            spec.area_range,
+            spec.flip,
             randaug,
+            spec.preprocessing,
         )
-        return tf.ensure_shape(image, [*image_size, 3]), label
+        return tf.ensure_shape(image, [*spec.image_size, 3]), label
 
-    if strict:  # a record that does not decode is fatal
-        ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
-        ds = ds.batch(batch_size, drop_remainder=True)
-    else:  # step s reads the same records, whichever decode (module docstring)
-        ds = map_keeping_positions(ds, process).batch(batch_size, drop_remainder=True)
+    if spec.strict:  # a record that does not decode is fatal
+        return ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
+    return map_keeping_positions(ds, process)  # step s reads the same records, whichever decode
+
+
+def batch_stage(ds, spec, batch_size):
+    """`example_stage`'s examples -> batches (images (B, H, W, 3), labels (B, ...)),
+    each row that did not decode replaced by a good one (`fill_failed_rows`), then
+    mapped by spec.batch_fn."""
+    ds = ds.batch(batch_size, drop_remainder=True)
+    if not spec.strict:
         ds = ds.map(fill_failed_rows, num_parallel_calls=AUTOTUNE, deterministic=True)
-    if batch_fn is not None:
-        ds = ds.map(batch_fn, num_parallel_calls=AUTOTUNE, deterministic=True)
-    if mixing:
-        # The pipeline's batches are numbered as in an uninterrupted run: step s, replica r
-        # is batch s * replicas_per_pipeline + r (both shard_by modes).
-        ds = ds.enumerate(start=start_step * replicas_per_pipeline).map(
-            _batch_mixer(seed, aug["mixup"], aug["cutmix"], num_classes),
-            num_parallel_calls=AUTOTUNE,
-            deterministic=True,
-        )
+    if spec.batch_fn is not None:
+        ds = ds.map(spec.batch_fn, num_parallel_calls=AUTOTUNE, deterministic=True)
+    return ds
+
+
+def mix_stage(ds, spec, first_batch):
+    """Batches -> batches mixed by Mixup / CutMix (spec.augmentation), batch n (counted
+    from `first_batch`) from a seed of (seed, n); unchanged when both are off."""
+    aug = spec.augmentation
+    if not (aug and (aug["mixup"] or aug["cutmix"])):
+        return ds
+    return ds.enumerate(start=first_batch).map(
+        _batch_mixer(int(spec.seed), aug["mixup"], aug["cutmix"], spec.num_classes),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def train_dataset(
+    data_dir,
+    spec,
+    *,
+    batch_size,
+    global_batch_size=None,
+    start_step=0,
+    input_context=None,
+    prefetch=True,
+):
+    """Infinite, deterministic stream of (image, label) batches of `batch_size` of
+    spec.split (the first spec.max_examples records, `first_examples`).
+
+    Images are float32 (batch_size, *image_size, 3) in [-1, 1]; labels int32
+    (batch_size,) (multi_label: float32 (batch_size, num_classes)), or whatever
+    spec.batch_fn maps them to; Mixup / CutMix (after batch_fn) need float (batch,
+    classes) labels there (int labels are one-hot encoded with num_classes) and yield
+    float32 labels. `batch_size` is this pipeline's batch (per replica under
+    distribute_datasets_from_function), `global_batch_size` the global one, which with
+    `start_step` fixes how many examples to skip on resume. `spec`: an
+    input_spec.InputSpec.
+    """
+    if spec.augmentation:
+        logging.info("train augmentation: %s", augment_lib.describe(spec.augmentation))
+    info = first_examples(get_split(data_dir, spec.split, **spec.split_checks), spec.max_examples)
+    share = pipeline_share(
+        info,
+        spec,
+        batch_size=batch_size,
+        global_batch_size=global_batch_size,
+        start_step=start_step,
+        input_context=input_context,
+    )
+    ds = example_stage(records_stream(spec, share), spec)
+    # The pipeline's batches are numbered as in an uninterrupted run: step s, replica r
+    # is batch s * batches_per_step + r (both shard_by modes).
+    ds = mix_stage(batch_stage(ds, spec, batch_size), spec, share.first_batch)
     options = tf.data.Options()
     options.deterministic = True
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -448,38 +513,28 @@ def train_dataset(
     return ds.prefetch(AUTOTUNE) if prefetch else ds
 
 
-def eval_dataset(
-    data_dir,
-    *,
-    batch_size,
-    image_size,
-    split="test",
-    strict=False,
-    num_classes=None,
-    multi_label=False,
-    drop_remainder=False,
-    verify_max_bytes=VERIFY_MAX_BYTES,
-    batch_fn=None,
-    info=None,
-    max_pixels=image_header.DEFAULT_MAX_PIXELS,
-):
-    """One pass over `split`, in order, resized and scaled (no augmentation).
+def eval_dataset(data_dir, spec, *, batch_size, split="test", drop_remainder=False, info=None):
+    """One pass over `split`, in order, resized and scaled (no augmentation), as
+    `spec` (an input_spec.InputSpec: image_size, strict, num_classes, multi_label,
+    max_pixels, batch_fn; its split and augmentation are the training stream's) says.
 
     Yields (images, labels, weights): example i is record i of the split (weight 0
     where it does not decode, unless `strict`), and the split is padded with weight-0
     zero images up to a multiple of `batch_size`, so with drop_remainder=True
     (TPUs) every batch has a fixed shape and no example is lost. Pass it to
-    `model.evaluate` unsharded: every worker scores the whole split.
+    `model.evaluate` unsharded: every worker scores the whole split. `info`: the
+    split's `get_split` (default: read here).
     """
-    info = info or get_split(data_dir, split, strict, verify_max_bytes)
-    image_size = _size(image_size)
+    info = info or get_split(data_dir, split, **spec.split_checks)
+    image_size, num_classes, multi_label = spec.image_size, spec.num_classes, spec.multi_label
     ds = records.read_records(info)
 
     def process(record):
         encoded, label = parse(record, num_classes, multi_label)
-        return preprocess_eval(decode(encoded, max_pixels), image_size), label
+        image = decode(encoded, spec.max_pixels)
+        return preprocess_eval(image, image_size, spec.preprocessing), label
 
-    if strict:
+    if spec.strict:
         ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
         ds = ds.map(lambda x, y: (x, y, tf.constant(1.0)))
     else:  # a record that does not decode: a zero image of weight 0, in its place
@@ -496,7 +551,8 @@ def eval_dataset(
             ).repeat(pad)
         )
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    if batch_fn is not None:
+    if spec.batch_fn is not None:
+        batch_fn = spec.batch_fn
         ds = ds.map(lambda x, y, w: (*batch_fn(x, y), w), num_parallel_calls=AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -525,15 +581,16 @@ def _batch_mixer(seed, mixup_alpha, cutmix_alpha, num_classes):
     return fn
 
 
-def _size(image_size):
+def image_hw(image_size):
+    """An int or (H, W) -> (H, W) ints."""
     if isinstance(image_size, int):
         return (image_size, image_size)
     return tuple(int(s) for s in image_size)
 
 
-def distributed_train_dataset(strategy, data_dir, global_batch_size, augmentation=None, **kwargs):
-    """Per-replica batches of the global batch via distribute_datasets_from_function.
-    `augmentation` (and the rest): as train_dataset; each replica mixes its own batch."""
+def distributed_train_dataset(strategy, data_dir, spec, global_batch_size, *, start_step=0):
+    """Per-replica batches of the global batch via distribute_datasets_from_function:
+    train_dataset's with `spec`; each replica mixes its own batch."""
     replicas = strategy.num_replicas_in_sync
     if global_batch_size % replicas:
         raise ValueError(
@@ -543,11 +600,11 @@ def distributed_train_dataset(strategy, data_dir, global_batch_size, augmentatio
     def fn(ctx):
         return train_dataset(
             data_dir,
+            spec,
             batch_size=ctx.get_per_replica_batch_size(global_batch_size),
             global_batch_size=global_batch_size,
+            start_step=start_step,
             input_context=ctx,
-            augmentation=augmentation,
-            **kwargs,
         )
 
     return strategy.distribute_datasets_from_function(fn)

@@ -27,6 +27,7 @@ from keras_vit_trainers import (
     evaluators,
     freeze,
     input_pipeline,
+    input_spec,
     keras_workarounds,
     masked_patch,  # noqa: F401  (registers the "masked_patch" objective)
     objectives,
@@ -289,39 +290,14 @@ def build(config, strategy, objective, num_classes, plan, init, jit_compile):
     return model
 
 
-def pipeline_options(config, num_classes, multi_label, objective):
-    """The input pipeline's settings shared by training and evaluation."""
-    return dict(
-        image_size=config.image_size,
-        strict=bool(config.input.strict),
-        num_classes=num_classes,
-        multi_label=multi_label,
-        verify_max_bytes=int(config.input.verify_max_bytes),
-        batch_fn=objective.map_batch(config, num_classes),
-    )
-
-
-def train_data(config, strategy, data_dir, plan, common):
-    inp = config.input
+def train_data(strategy, data_dir, spec, plan):
+    """The run's distributed training stream: `spec`'s, resumed at plan.start_step."""
     return input_pipeline.distributed_train_dataset(
-        strategy,
-        data_dir,
-        plan.batch,
-        seed=int(config.seed),
-        start_step=plan.start_step,
-        split=config.train_split,
-        augment=inp.augment,
-        area_range=tuple(inp.area_range),
-        flip=inp.flip,
-        shuffle_buffer=inp.shuffle_buffer,
-        shard_by=inp.shard_by,
-        augmentation=inp,  # RandAugment / Mixup / CutMix (trainers/augment.py)
-        max_examples=int(config.train_examples or 0),
-        **common,
+        strategy, data_dir, spec, plan.batch, start_step=plan.start_step
     )
 
 
-def fit(model, config, strategy, data, plan, run, chief, evals, data_dir, common):
+def fit(model, config, strategy, data, plan, run, chief, evals, data_dir, spec):
     """`model.fit` with the run's callbacks; raises TrainingDivergedError on NaN.
     Returns the RunLogger (train figures)."""
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -329,12 +305,9 @@ def fit(model, config, strategy, data, plan, run, chief, evals, data_dir, common
             iter(
                 input_pipeline.train_dataset(
                     data_dir,
+                    dataclasses.replace(spec, shuffle_buffer=1),
                     batch_size=2,
-                    split=config.train_split,
-                    shuffle_buffer=1,
-                    augment=config.input.augment,
                     prefetch=False,
-                    **common,
                 ).take(1)
             )
         )
@@ -427,15 +400,17 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
     _set_precision(config, strategy)
     objective = objectives.get(config.objective)
     model = build(config, strategy, objective, num_classes, sizes, init, jit_compile)
-    common = pipeline_options(
-        config, num_classes, bool(manifest.get("multi_label", False)), objective
+    spec = input_spec.InputSpec.from_config(
+        config,
+        num_classes,
+        bool(manifest.get("multi_label", False)),
+        objective,
+        preprocessing=getattr(getattr(model, "backbone", model), "preprocessing", None),
     )
-    context = evaluators.Context(
-        data_dir, config.image_size, num_classes, objective, strategy, sizes.batch, common
-    )
+    context = evaluators.Context(data_dir, spec, objective, strategy, sizes.batch)
     evals = evaluators.build(config.evals, context)
-    data = train_data(config, strategy, data_dir, sizes, common)
-    logger = fit(model, config, strategy, data, sizes, run, chief, evals, data_dir, common)
+    data = train_data(strategy, data_dir, spec, sizes)
+    logger = fit(model, config, strategy, data, sizes, run, chief, evals, data_dir, spec)
 
     step = int(model.optimizer.iterations.numpy())
     metrics = {"step": step, **final_evaluations(model, evals, step, run, chief)}
