@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 FMNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: setup data lint format test wheel-check demo clean
+.PHONY: setup data lint format test test-fast wheel-check demo clean
 
 setup: $(VENV)/.installed
 
@@ -55,6 +55,11 @@ test: setup data lint
 	$(PY) -m pip install -q -e '.[torch,interop-test]'
 	KERAS_BACKEND=torch $(PY) -m pytest -q $$(cat tests/torch_stage.txt)
 	$(MAKE) --no-print-directory wheel-check
+
+# The inner loop (docs/testing.md): the suite without the tests marked slow (tests/conftest.py
+# SLOW_MODULES, SLOW_TESTS), on the same two workers; no lint, no other stages.
+test-fast: setup data
+	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile tests
 
 # keras_vit as a library (docs/testing.md): the sdist and the wheel built from a copy of the
 # tree, twine-checked, the wheel installed into a fresh venv (no TensorFlow) and a tiny model

@@ -16,8 +16,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 from keras_vit_deploy import datasets, serving
+from tiny_models import tiny_vit
 
-import keras_vit
 from keras_vit import run_directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,12 +46,12 @@ def _trained_weights(seed, steps, batch_size):
 
 
 def _architecture():
-    return keras_vit.VisionTransformer(
+    """tests/tiny_models.py's ViT on 28 px (4x4 patches of 7x7), two blocks 64 wide."""
+    return tiny_vit(
         image_size=IMAGE_SIZE,
         patch_size=7,
         hidden_size=64,
         mlp_dim=128,
-        num_heads=2,
         num_layers=2,
         num_classes=NUM_CLASSES,
         classifier="gap",
@@ -99,16 +99,7 @@ OUTPUT_CASES = {
 def output_case_model(case):
     """The OUTPUT_CASES model `case`, with fixed random weights (the zero head too)."""
     keras.utils.set_random_seed(2)
-    model = keras_vit.VisionTransformer(
-        patch_size=4,
-        hidden_size=16,
-        mlp_dim=32,
-        num_heads=2,
-        num_layers=1,
-        num_classes=5,
-        name=f"tiny_{case}",
-        **OUTPUT_CASES[case][0],
-    )
+    model = tiny_vit(name=f"tiny_{case}", **OUTPUT_CASES[case][0])
     rng = np.random.default_rng(2)
     model.set_weights(
         [w + rng.normal(0, 0.3, w.shape).astype(w.dtype) for w in model.get_weights()]

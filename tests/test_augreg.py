@@ -14,6 +14,7 @@ import time
 import keras
 import numpy as np
 import pytest
+import tiny_models
 from numpy_resnet import random_hybrid_params
 from numpy_vit import random_params, vit_forward
 
@@ -134,8 +135,15 @@ def test_malformed_names_say_what_does_not_fit(name, problem):
 
 # A 1-block ViT with 16x16 patches: cheap at the published 224 and 384 px. Tests that
 # load a 'Ti_16' file let ViT_Ti16 stand for it (the name's architecture check).
-TINY = dict(patch_size=16, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
-TINY_NP = dict(patch=16, hidden=16, mlp=32, heads=2, layers=1)
+TINY = dict(tiny_models.BLOCK, patch_size=16)
+# The same sizes under tests/numpy_vit.py's names.
+TINY_NP = dict(
+    patch=TINY["patch_size"],
+    hidden=TINY["hidden_size"],
+    mlp=TINY["mlp_dim"],
+    heads=TINY["num_heads"],
+    layers=TINY["num_layers"],
+)
 UPSTREAM = "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
 FINE_TUNE = UPSTREAM + "--imagenet2012-steps_20k-lr_0.03-res_384"
 

@@ -10,6 +10,7 @@ amx_tile amx_int8; the project's AMD EPYC (Zen 3) has avx2 and fma but no avx512
 import keras
 import numpy as np
 import pytest
+import tiny_models
 
 from keras_vit import VisionTransformer, compilation
 
@@ -26,7 +27,7 @@ SAPPHIRE_RAPIDS = frozenset(
 ZEN4 = frozenset("sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16".split())
 SKYLAKE_X = frozenset("sse4_2 avx avx2 fma avx512f avx512bw".split())  # AVX-512, no bf16
 ZEN3 = frozenset("sse4_2 avx avx2 fma".split())
-TINY = dict(image_size=8, patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1)
+TINY = dict(tiny_models.BLOCK, image_size=8, patch_size=4)
 
 
 @pytest.mark.parametrize(

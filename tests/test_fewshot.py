@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 import pytest
+from tiny_models import tiny_vit
 
-import keras_vit
 from keras_vit import fewshot
 
 
@@ -92,16 +92,9 @@ def test_bad_inputs_are_named():
 
 
 def tiny_model(classifier, **kwargs):
-    return keras_vit.VisionTransformer(
-        image_size=8,
-        patch_size=4,
-        hidden_size=12,
-        mlp_dim=16,
-        num_heads=2,
-        num_layers=1,
-        classifier=classifier,
-        num_classes=3,
-        **kwargs,
+    """tests/tiny_models.py's ViT on 8 px (2x2 patches), 12 wide, 3 classes."""
+    return tiny_vit(
+        image_size=8, hidden_size=12, mlp_dim=16, num_classes=3, classifier=classifier, **kwargs
     )
 
 

@@ -7,6 +7,7 @@ import math
 import keras
 import numpy as np
 import pytest
+from tiny_models import tiny_vit
 
 import keras_vit
 from keras_vit import inspect as vit_inspect
@@ -26,17 +27,8 @@ def uniform_attention(layers, batch, heads, tokens):
 
 
 def tiny_model(classifier="token", **kwargs):
-    return keras_vit.VisionTransformer(
-        image_size=(12, 16),
-        patch_size=4,
-        hidden_size=16,
-        mlp_dim=32,
-        num_heads=2,
-        num_layers=2,
-        classifier=classifier,
-        num_classes=5,
-        **kwargs,
-    )
+    """tests/tiny_models.py's ViT on 12x16 images (a 3x4 grid of 4 px patches), two blocks."""
+    return tiny_vit(image_size=(12, 16), num_layers=2, classifier=classifier, **kwargs)
 
 
 def make_attention_uniform(model):

@@ -7,6 +7,7 @@ import textwrap
 import keras
 import numpy as np
 import pytest
+import tiny_models
 from keras_vit_trainers import testing
 
 import keras_vit
@@ -18,18 +19,9 @@ from keras_vit.layers.patch_corruption import KEPT, MASKED, REPLACED, UNCHANGED,
 Z = 5.0
 
 
-def tiny_vit(classifier="token", image_size=16, patch_size=4, **kwargs):
-    return keras_vit.VisionTransformer(
-        image_size=image_size,
-        patch_size=patch_size,
-        hidden_size=16,
-        mlp_dim=32,
-        num_heads=2,
-        num_layers=1,
-        classifier=classifier,
-        num_classes=5,
-        **kwargs,
-    )
+def tiny_vit(classifier="token", **kwargs):
+    """tests/tiny_models.py's ViT (16 px, 4 px patches, one block, 5 classes)."""
+    return tiny_models.tiny_vit(classifier=classifier, **kwargs)
 
 
 # -- Corruption ---------------------------------------------------------------------

@@ -18,16 +18,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from keras_vit_configs import fashion_mnist, fashion_mnist_masked_patch  # noqa: E402
 from keras_vit_trainers import input_pipeline, objectives, testing, train_config, train_lib  # noqa: E402
+from keras_vit_trainers.input_spec import InputSpec  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
 )
 
-TINY_MODEL = dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1, patch_size=7)
-
 
 def _tiny(config, **keys):
-    config.model.update(TINY_MODEL)
+    config.model.update(testing.TINY_MODEL)
     config.update(
         dict(
             batch_size=16,
@@ -126,20 +125,12 @@ def test_unknown_masked_patch_option_is_an_error():
 
 
 def test_train_examples_limits_the_training_set_to_its_first_records(data_dir):
-    everything = input_pipeline.eval_dataset(
-        data_dir, batch_size=64, image_size=28, split="train", num_classes=4
+    spec = InputSpec(
+        image_size=28, augment="none", flip=False, num_classes=4, shuffle_buffer=64, max_examples=40
     )
+    everything = input_pipeline.eval_dataset(data_dir, spec, batch_size=64, split="train")
     first = next(iter(everything))[0].numpy()[:40]  # the first 40 records, in order
-    stream = input_pipeline.train_dataset(
-        data_dir,
-        batch_size=8,
-        image_size=28,
-        augment="none",
-        flip=False,
-        num_classes=4,
-        shuffle_buffer=64,
-        max_examples=40,
-    )
+    stream = input_pipeline.train_dataset(data_dir, spec, batch_size=8)
     seen = np.concatenate([x.numpy() for x, _ in stream.take(10)])  # two epochs
     key = lambda a: {img.tobytes() for img in a}  # noqa: E731
     assert key(seen[:40]) == key(first) == key(seen[40:])

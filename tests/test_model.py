@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from tiny_models import tiny_vit
 
 import keras_vit
 
@@ -30,17 +31,8 @@ def test_parameter_counts(name):
 
 
 def tiny(**kwargs):
-    config = dict(
-        image_size=32,
-        patch_size=8,
-        hidden_size=16,
-        mlp_dim=32,
-        num_heads=2,
-        num_layers=2,
-        num_classes=5,
-    )
-    config.update(kwargs)
-    return keras_vit.VisionTransformer(**config)
+    """tests/tiny_models.py's ViT on 32 px, 8 px patches (16 tokens), two blocks."""
+    return tiny_vit(**{"image_size": 32, "patch_size": 8, "num_layers": 2, **kwargs})
 
 
 def test_include_top_and_representation_shapes():
