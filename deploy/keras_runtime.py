@@ -30,17 +30,21 @@ class KerasClassifier(Runtime):
         self.output_name = "probabilities" if spec.softmax else spec.name
         self.image_size = spec.image_size
         self.channels = spec.channels
+        self.preprocessing = getattr(model, "preprocessing", None)  # the model's normalisation
         # The model as Keras' predict runs it: a tf.function over [0, 255] pixels,
         # XLA-compiled where `model.jit_compile` says so (traced once, on first use).
         self.forward = tf.function(
-            lambda x: model(scale_pixels(x), training=False), jit_compile=bool(model.jit_compile)
+            lambda x: model(scale_pixels(x, self.preprocessing), training=False),
+            jit_compile=bool(model.jit_compile),
         )
 
     def predict(self, pixels):
         """uint8 or float (N, H, W, C) pixels in [0, 255] -> the main output
         (N, ...) float32 (Keras' predict in batches of `batch_size`)."""
         pixels = self.checked_pixels(pixels)
-        values = self.model.predict(scale_pixels(pixels), batch_size=self.batch_size, verbose=0)
+        values = self.model.predict(
+            scale_pixels(pixels, self.preprocessing), batch_size=self.batch_size, verbose=0
+        )
         values = tf.cast(values, tf.float32)
         return (tf.nn.softmax(values, axis=-1) if self.softmax else values).numpy()
 

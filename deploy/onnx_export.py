@@ -2,9 +2,10 @@
 (`keras.Model.export(path, format="onnx")`: tf2onnx under the TensorFlow backend),
 checked with onnxruntime against the Keras model (deploy/onnx_check.py).
 
-The file's input and outputs are deploy/onnx_file.py's. Scaling to [-1, 1]
-(x / PIXEL_SCALE - 1, as deploy/preprocessing.py) happens inside the file, as in
-the SavedModel and the TFLite files. Our code only prepares the Keras model that
+The file's input and outputs are deploy/onnx_file.py's. The model's input
+normalisation (`keras_vit.preprocessing.scale_offset` of its `preprocessing`: the
+authors' x / PIXEL_SCALE - 1, or a timm / transformers mean and std) happens inside
+the file, as in the SavedModel and the TFLite files. Our code only prepares the Keras model that
 is exported (rebuilt at the precision asked with the same weights, behind the
 scaling, with those outputs, called once) and checks the file that Keras writes.
 
@@ -25,7 +26,7 @@ from keras_vit_deploy.onnx_check import check_file
 from keras_vit_deploy.onnx_file import INPUT_NAME, output_names
 from keras_vit_deploy.onnx_packages import ExportError, require_packages
 
-from keras_vit.preprocessing import PIXEL_SCALE
+from keras_vit.preprocessing import scale_offset
 
 PRECISIONS = ("float32", "float16")
 # The Keras dtype policy each precision is exported under.
@@ -72,8 +73,9 @@ def prepare(model, precision="float32", dynamic_batch=False):
     )
     # The file's outputs are named by the dict's keys; the layers get a prefix so
     # that none can clash with the wrapped model's own name.
+    scale, offset = scale_offset(getattr(model, "preprocessing", None))
     scaled = keras.layers.Rescaling(
-        1 / PIXEL_SCALE, offset=-1.0, name="onnx_scale_pixels", dtype="float32"
+        scale, offset=offset, name="onnx_scale_pixels", dtype="float32"
     )(images)
     first = output_names(spec)[0]
     value = keras.layers.Activation("linear", name=f"onnx_{first}", dtype="float32")(

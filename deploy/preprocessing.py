@@ -1,7 +1,8 @@
 """In-graph input handling of the serving signatures: decoding, checking and
 scaling images as the trainer's eval pipeline does (trainers/input_pipeline.py:
-decode, grayscale -> RGB, bilinear `tf.image.resize`, x / PIXEL_SCALE - 1, the
-scaling of `keras_vit.preprocessing`).
+decode, grayscale -> RGB, bilinear `tf.image.resize`, then the model's
+normalisation: `keras_vit.preprocess_input` with its `preprocessing`, the
+authors' x / PIXEL_SCALE - 1 unless a timm / transformers file said otherwise).
 
 Images are brought to the model's channel count C: for C = 3, grayscale is
 repeated to RGB; for C = 1 (a grey model, e.g. RGB weights adapted with
@@ -17,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 from keras_vit_deploy import image_header, records
 
-from keras_vit.preprocessing import PIXEL_SCALE
+from keras_vit.preprocessing import preprocess_input
 
 LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 weights of R, G, B (sum 1)
 
@@ -55,10 +56,11 @@ def match_channels(pixels, channels, where="images"):
     return np.clip(np.round(luma), 0, 255).astype(pixels.dtype)[..., None]
 
 
-def scale_pixels(pixels):
-    """[0, 255] pixels (any real dtype) -> float32 in [-1, 1], the model's input
-    (`keras_vit.preprocess_input`'s arithmetic, in TensorFlow)."""
-    return tf.cast(pixels, tf.float32) / PIXEL_SCALE - 1.0
+def scale_pixels(pixels, preprocessing=None):
+    """[0, 255] pixels (any real dtype) -> float32, the model's input:
+    `keras_vit.preprocess_input(pixels, preprocessing)` on TensorFlow tensors
+    (`preprocessing`: the model's, None for the authors' [-1, 1])."""
+    return preprocess_input(tf.cast(pixels, tf.float32), preprocessing)
 
 
 def assert_not_empty(batch, signature):

@@ -197,7 +197,8 @@ class SignatureFunctions:
 
     def outputs(self, pixels):
         """float32 (B, H, W, C) pixels in [0, 255] -> the outputs dict."""
-        values = tf.cast(self.model(preprocessing.scale_pixels(pixels), training=False), tf.float32)
+        scaled = preprocessing.scale_pixels(pixels, getattr(self.model, "preprocessing", None))
+        values = tf.cast(self.model(scaled, training=False), tf.float32)
         if self.spec.softmax:
             values = tf.nn.softmax(values, axis=-1)
         outputs = {self.spec.name: values}

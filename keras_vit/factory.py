@@ -28,6 +28,7 @@ CHECKPOINT_DEFAULTS = (
     "representation_size",
     "num_classes",
     *FAMILY_OPTIONS,
+    "preprocessing",  # the input normalisation a timm / transformers file states
 )
 
 
@@ -50,7 +51,9 @@ def from_weights(weights, **arguments):
             the constructor's defaults; where they leave `CHECKPOINT_DEFAULTS`
             open, the checkpoint's values are used. Another `num_classes` gives a
             fresh zero head, another `image_size` resized position embeddings,
-            other `channels` an adapted RGB kernel.
+            other `channels` an adapted RGB kernel. `posemb_resize` ('official',
+            'timm', 'transformers') chooses how position embeddings are resized
+            (default: as the file's own code, `keras_vit.checkpoint.load`).
     Returns:
         the model, its weights loaded.
     Raises:
@@ -62,6 +65,7 @@ def from_weights(weights, **arguments):
         CheckpointError (a file that is not a checkpoint, or does not fit),
         `keras_vit.run_directory.RunDirectoryError` (a run without its model).
     """
+    posemb_resize = arguments.pop("posemb_resize", None)  # `loader.load`'s option
     if weights is None:
         return VisionTransformer(**arguments)
     given = VisionTransformer.given_arguments(**arguments)
@@ -77,7 +81,7 @@ def from_weights(weights, **arguments):
         )
         opened = source.open_source(weights, arch)
     model = VisionTransformer(**with_checkpoint_defaults(arguments, given, opened.metadata))
-    return loader.load(model, opened)
+    return loader.load(model, opened, posemb_resize)
 
 
 def with_checkpoint_defaults(arguments, given, metadata):

@@ -31,6 +31,7 @@ from keras_vit import layers as vit_layers
 from keras_vit.families import FAMILY_DEFAULTS
 from keras_vit.layers.patch_embedding import PatchTokenMap, to_pair
 from keras_vit.layers.resnet import resnet_layers, resnet_spec
+from keras_vit.preprocessing import check_preprocessing
 
 
 class _NotGiven:
@@ -117,6 +118,13 @@ class VisionTransformer(keras.Model):
             'fc_norm' instead of 'Transformer/encoder_norm'. Every pooled output
             (the representation, `pooling` 'token', 'avg', 'max') goes through
             it, the `pooling=None` map is the blocks' output, as timm's.
+        preprocessing: the input normalisation the weights expect, recorded in
+            the config for `keras_vit.preprocess_input(images,
+            model.preprocessing)` and the exports (deploy/): None for the
+            authors' x / 127.5 - 1, or {"mean": [...], "std": [...]} per channel
+            on the [0, 1] pixel scale (timm's `pretrained_cfg`, transformers'
+            `preprocessor_config.json`): (x / 255 - mean) / std. The model's
+            own input is the normalised images either way.
 
     keras.applications' arguments (keyword only), with its meanings:
         input_shape: (height, width, channels): the resolution (as
@@ -190,6 +198,7 @@ class VisionTransformer(keras.Model):
         approximate_gelu=None,
         layer_norm_epsilon=None,
         fc_norm=None,
+        preprocessing=None,
         input_shape=None,
         input_tensor=None,
         pooling=NOT_GIVEN,
@@ -224,6 +233,7 @@ class VisionTransformer(keras.Model):
             approximate_gelu=approximate_gelu,
             layer_norm_epsilon=layer_norm_epsilon,
             fc_norm=fc_norm,
+            preprocessing=preprocessing,
             input_shape=input_shape,
             input_tensor=input_tensor,
             pooling=pooling,
@@ -276,6 +286,7 @@ class VisionTransformer(keras.Model):
         approximate_gelu,
         layer_norm_epsilon,
         fc_norm,
+        preprocessing,
         resnet,
         pooling,
         classifier_activation,
@@ -370,6 +381,7 @@ class VisionTransformer(keras.Model):
         self.approximate_gelu = bool(approximate_gelu)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.fc_norm = bool(fc_norm)
+        self.preprocessing = preprocessing
         self.resnet = resnet
         self._dtype_arg = dtype
         # Layers before `input_tensor` are part of this model but not of its config.
@@ -562,6 +574,8 @@ class VisionTransformer(keras.Model):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "fc_norm": self.fc_norm,
         }
+        if self.preprocessing is not None:  # the authors' scaling: the key is absent
+            config["preprocessing"] = self.preprocessing
         if self.pooling is not NOT_GIVEN:  # not given: the key is absent
             config["pooling"] = self.pooling
         if self.dynamic_size:  # fixed size: the key is absent
@@ -680,6 +694,7 @@ def _defaults(arguments):
             a[key] = default
         elif key != "layer_norm_epsilon" and not isinstance(a[key], bool):
             raise ValueError(f"{key} must be True or False, got {a[key]!r}.")
+    a["preprocessing"] = check_preprocessing(a["preprocessing"], a["channels"])
     epsilon = a["layer_norm_epsilon"]
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not epsilon > 0:
         raise ValueError(f"layer_norm_epsilon must be a positive number, got {epsilon!r}.")

@@ -238,6 +238,177 @@ def test_save_timm_refuses_pre_logits(tmp_path):
         keras_vit.checkpoint.save_timm(model, tmp_path / "out")
 
 
+# -- Preprocessing: the file's normalisation in the model config and the exports ----
+
+# timm's and transformers' ImageNet normalisation (timm.data.IMAGENET_DEFAULT_MEAN/STD):
+# not the authors' 0.5, so each test below tells the two apart.
+IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+
+
+def _with_json(tmp_path, name, file, update):
+    """A copy of fixture `name` whose JSON `file` is updated by `update(dict)`."""
+    folder = tmp_path / name
+    shutil.copytree(_fixture(name), folder)
+    path = folder / file
+    content = json.loads(path.read_text()) if path.exists() else {}
+    update(content)
+    path.write_text(json.dumps(content))
+    return str(folder)
+
+
+def test_timm_pretrained_cfg_mean_std_becomes_the_model_preprocessing(tmp_path):
+    """timm's pretrained_cfg mean/std is the model's `preprocessing`, kept by a .keras
+    round trip and written back by save_timm; the authors' 0.5 records None."""
+    folder = _with_json(
+        tmp_path, "timm_token", "config.json", lambda c: c["pretrained_cfg"].update(IMAGENET)
+    )
+    model = keras_vit.from_weights(folder, **FIXTURE_SIZES)
+    assert model.preprocessing == IMAGENET
+    assert model.get_config()["preprocessing"] == IMAGENET
+    assert keras_vit.checkpoint.open_source(folder).config["preprocessing"] == IMAGENET
+    model.save(tmp_path / "m.keras")
+    assert keras.saving.load_model(tmp_path / "m.keras").preprocessing == IMAGENET
+    keras_vit.checkpoint.save_timm(model, tmp_path / "back")
+    written = json.loads((tmp_path / "back" / "config.json").read_text())["pretrained_cfg"]
+    assert {key: written[key] for key in IMAGENET} == IMAGENET
+    assert _load("timm_token").preprocessing is None  # the fixture's 0.5 / 0.5
+    assert "preprocessing" not in _load("timm_token").get_config()
+
+
+def test_transformers_preprocessor_config_becomes_the_model_preprocessing(tmp_path):
+    """preprocessor_config.json's image_mean / image_std is the model's
+    `preprocessing`; save_transformers writes it back; a rescale other than 1/255 is
+    refused naming the file and key."""
+    folder = _with_json(
+        tmp_path,
+        "transformers_classifier",
+        state_dict.HUB_PREPROCESSOR,
+        lambda c: c.update(image_mean=IMAGENET["mean"], image_std=IMAGENET["std"]),
+    )
+    model = keras_vit.from_weights(folder, **FIXTURE_SIZES)
+    assert model.preprocessing == IMAGENET
+    keras_vit.checkpoint.save_transformers(model, tmp_path / "back")
+    again = keras_vit.from_weights(str(tmp_path / "back"), **FIXTURE_SIZES)
+    assert again.preprocessing == IMAGENET
+    bad = _with_json(
+        tmp_path / "bad",
+        "transformers_classifier",
+        state_dict.HUB_PREPROCESSOR,
+        lambda c: c.update(rescale_factor=1.0),
+    )
+    with pytest.raises(CheckpointError, match=r"preprocessor_config\.json: rescale_factor 1\.0"):
+        keras_vit.from_weights(bad, **FIXTURE_SIZES)
+
+
+def test_id2label_names_the_classes(tmp_path):
+    """A transformers config.json's id2label, in label order, is the class names the
+    exports default to (tools/export_savedmodel.py); placeholder 'LABEL_<i>' names
+    and timm files state none."""
+    labels = {"2": "cat", "0": "ant", "1": "bee"}
+    folder = _with_json(
+        tmp_path, "transformers_classifier", "config.json", lambda c: c.update(id2label=labels)
+    )
+    assert interop.class_names(folder) == ["ant", "bee", "cat"]
+    assert interop.class_names(os.path.join(folder, "model.safetensors")) == ["ant", "bee", "cat"]
+    assert interop.class_names(_fixture("transformers_classifier")) is None  # LABEL_0, ...
+    assert interop.class_names(_fixture("timm_token")) is None
+
+
+@pytest.mark.parametrize(
+    "name, default", [("timm_token", "timm"), ("transformers_classifier", "transformers")]
+)
+def test_position_embeddings_resized_as_the_source_does(name, default):
+    """At another resolution a timm file's position embeddings are resized by timm's
+    method and a transformers folder's by transformers' (their forward at that size:
+    tests/test_interop_torch.py); posemb_resize chooses another explicitly."""
+    from keras_vit.checkpoint.layout import model_params
+    from keras_vit.layers.position_embedding import resize_position_embedding
+
+    posemb = "Transformer/posembed_input/pos_embedding"
+    stored = model_params(_load(name))[posemb]
+    at_24 = dict(FIXTURE_SIZES, image_size=24)
+    for method in (None, "official"):
+        model = keras_vit.from_weights(_fixture(name), **at_24, posemb_resize=method)
+        expected = resize_position_embedding(stored, (4, 4), (6, 6), 1, method or default)
+        np.testing.assert_array_equal(model_params(model)[posemb], expected)
+    with pytest.raises(ValueError, match="posemb_resize='nearest' is not one of"):
+        keras_vit.from_weights(_fixture(name), **at_24, posemb_resize="nearest")
+
+
+def test_preprocess_input_with_a_model_preprocessing():
+    """(x / 255 - mean) / std per channel; None: the authors' x / 127.5 - 1."""
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 4, 4, 3)).astype("uint8")
+    got = keras.ops.convert_to_numpy(keras_vit.preprocess_input(pixels, IMAGENET))
+    expected = (pixels / 255.0 - np.array(IMAGENET["mean"])) / np.array(IMAGENET["std"])
+    # float32 arithmetic of values up to |2.7|: a few ulps of that scale.
+    np.testing.assert_allclose(got, expected, atol=4 * np.spacing(np.float32(4)), rtol=0)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(keras_vit.preprocess_input(pixels, None)),
+        pixels.astype("float32") / 127.5 - 1.0,
+    )
+
+
+@pytest.mark.parametrize(
+    "preprocessing, message",
+    [
+        ({"mean": [0.5] * 3}, "exactly 'mean' and 'std'"),
+        ({"mean": [0.5] * 3, "std": [0.5, 0.0, 0.5]}, r"\['std'\] must be positive"),
+        ({"mean": [0.5] * 2, "std": [0.5] * 3}, r"\['mean'\] has 2 values for a model of 3"),
+        ({"mean": "0.5", "std": [0.5] * 3}, r"\['mean'\] must be a number"),
+    ],
+)
+def test_bad_preprocessing_is_refused_by_name(preprocessing, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.VisionTransformer(**FIXTURE_SIZES, num_classes=3, preprocessing=preprocessing)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModels are TensorFlow's")
+def test_savedmodel_uses_the_recorded_normalisation(tmp_path):
+    """A model with ImageNet mean/std: the SavedModel's encoded-image signature serves
+    the model's outputs on the same pixels normalised that way, not the authors' way."""
+    import tensorflow as tf
+    from keras_vit_deploy import serving
+
+    model = keras_vit.VisionTransformer(
+        **FIXTURE_SIZES, num_classes=3, preprocessing=IMAGENET, classifier_activation=None
+    )
+    head = model.get_layer("head")  # a non-zero head, so the logits depend on the input
+    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape))
+    names = serving.export_saved_model(model, str(tmp_path / "sm"))
+    served = tf.saved_model.load(str(tmp_path / "sm")).signatures[names[0]]
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 16, 16, 3)).astype("uint8")
+    encoded = tf.stack([tf.io.encode_png(p) for p in pixels])  # lossless, at the model's size
+    outputs = served(images=encoded)
+    got = outputs.get("logits", outputs.get("probabilities")).numpy()
+    normalised = (pixels / 255.0 - np.array(IMAGENET["mean"])) / np.array(IMAGENET["std"])
+    logits = keras.ops.convert_to_numpy(model(normalised.astype("float32")))
+    expected = scipy.special.softmax(logits, axis=-1) if "logits" not in outputs else logits
+    np.testing.assert_allclose(got, expected, atol=TOLERANCE, rtol=0)
+    authors = keras.ops.convert_to_numpy(model(keras_vit.preprocess_input(pixels)))
+    if "logits" not in outputs:
+        authors = scipy.special.softmax(authors, axis=-1)
+    assert np.abs(authors - got).max() > 100 * TOLERANCE  # the test tells the two apart
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the exports are TensorFlow's")
+def test_onnx_export_model_uses_the_recorded_normalisation():
+    """The Keras model the ONNX export writes (deploy/onnx_export.py `prepare`) takes
+    [0, 255] pixels through the model's own normalisation (`scale_offset`, equal to
+    `preprocess_input` up to float32 rounding)."""
+    from keras_vit_deploy import onnx_export
+
+    model = keras_vit.VisionTransformer(**FIXTURE_SIZES, num_classes=3, preprocessing=IMAGENET)
+    head = model.get_layer("head")  # a non-zero head, so the logits depend on the input
+    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape))
+    prepared = onnx_export.prepare(model)
+    pixels = np.random.default_rng(2).integers(0, 256, (1, 16, 16, 3)).astype("float32")
+    got = keras.ops.convert_to_numpy(prepared(pixels)["logits"])
+    expected = keras.ops.convert_to_numpy(model(keras_vit.preprocess_input(pixels, IMAGENET)))
+    np.testing.assert_allclose(got, expected, atol=TOLERANCE, rtol=0)
+    authors = keras.ops.convert_to_numpy(model(keras_vit.preprocess_input(pixels)))
+    assert np.abs(authors - got).max() > 100 * TOLERANCE  # the test tells the two apart
+
+
 # -- Bad inputs: a clear error before any weight is assigned ------------------------
 
 
@@ -362,3 +533,22 @@ def test_encoder_without_final_norm():
     np.testing.assert_array_equal(
         keras.ops.convert_to_numpy(bare(tokens)), keras.ops.convert_to_numpy(states[-1])
     )
+
+
+@pytest.mark.parametrize(
+    "option", [{"approximate_gelu": False}, {"preprocessing": {"mean": [0.5], "std": [0.25]}}]
+)
+def test_an_npz_refuses_what_it_cannot_record(option, tmp_path):
+    """An official .npz records no family option and no normalisation: saving a model with
+    one is refused, naming it, and no file is written."""
+    from keras_vit import checkpoint
+
+    model = keras_vit.VisionTransformer(
+        image_size=16, patch_size=8, hidden_size=8, mlp_dim=16, num_heads=2, num_layers=1,
+        num_classes=3, **option,
+    )  # fmt: skip
+    path = tmp_path / "model.npz"
+    (key,) = option
+    with pytest.raises(checkpoint.CheckpointError, match=f"records no family options.*{key}="):
+        checkpoint.save_checkpoint(model, str(path))
+    assert not path.exists()

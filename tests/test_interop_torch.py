@@ -125,11 +125,44 @@ def test_transformers_family(family, tmp_path):
 
 
 def test_timm_file_at_another_resolution(tmp_path):
-    """A timm file loaded at another resolution resizes its position embeddings
-    with the official method: bitwise what the same weights give as an .npz."""
+    """A timm file loaded at another resolution resizes its position embeddings as
+    timm does (`resample_abs_pos_embed`, what timm's checkpoint_filter_fn applies
+    when it loads the file into a model of that size): timm's logits there."""
+    timm = import_timm()
+    source = timm_vit(2)
+    weights = _save_timm(source, tmp_path / "timm", "hub")
+    for size in (24, 12):  # up and down (timm antialiases when it shrinks)
+        sizes = dict(TINY, image_size=size)
+        theirs = timm_vit(0, sizes=sizes)
+        filtered = timm.models.vision_transformer.checkpoint_filter_fn(source.state_dict(), theirs)
+        theirs.load_state_dict(filtered)
+        model = keras_vit.from_weights(weights, **sizes)
+        x = images(2, size, size, seed=size)
+        _close(_keras_outputs(model, x), torch_forward(theirs.eval(), x))
+
+
+def test_transformers_folder_at_another_resolution(tmp_path):
+    """A transformers folder loaded at another resolution resizes its position
+    embeddings as transformers' ViT does (`interpolate_pos_encoding=True`)."""
+    import torch
+
+    source = transformers_vit(2).eval()
+    source.save_pretrained(tmp_path / "hf")
+    for size in (24, 12):
+        model = keras_vit.from_weights(str(tmp_path / "hf"), **dict(TINY, image_size=size))
+        x = images(2, size, size, seed=size)
+        with torch.no_grad():
+            pixels = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+            theirs = source(pixels, interpolate_pos_encoding=True).logits.numpy()
+        _close(_keras_outputs(model, x), theirs)
+
+
+def test_official_resize_chosen_explicitly(tmp_path):
+    """posemb_resize='official' resizes a timm file's position embeddings with the
+    official method: bitwise what the same weights give as an .npz."""
     weights = _save_timm(timm_vit(2), tmp_path / "timm", "hub")
     at_24 = dict(TINY, image_size=24)
-    model = keras_vit.from_weights(weights, **at_24)
+    model = keras_vit.from_weights(weights, **at_24, posemb_resize="official")
     same = keras_vit.from_weights(weights, **TINY)
     # The arrays alone (save_checkpoint refuses a model of timm's options: an .npz has none).
     keras_vit.checkpoint.save_npz(tmp_path / "same.npz", keras_vit.checkpoint.model_params(same))

@@ -27,6 +27,8 @@ from absl import app, flags
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import image_header, serving, sources
 
+from keras_vit.checkpoint import interop
+
 FLAGS = flags.FLAGS
 deploy_flags.define_model_flags()
 deploy_flags.define_output_flags()
@@ -35,7 +37,8 @@ flags.DEFINE_string(
     None,
     "Text file with one class name per line, or a "
     "JSON file with a 'class_names' list (a make_tfrecords manifest.json); "
-    "adds the top_k_names output.",
+    "adds the top_k_names output. Default: a transformers checkpoint's (--weights) "
+    "config.json id2label, where it names the head's classes.",
 )
 flags.DEFINE_integer("top_k", 5, "How many classes the top_k_* outputs hold.")
 flags.DEFINE_integer(
@@ -46,6 +49,15 @@ flags.DEFINE_integer(
     lower_bound=1,
 )
 flags.DEFINE_string("output", None, "SavedModel directory to write.")
+
+
+def _stated_class_names(outputs):
+    """--weights' id2label (a transformers checkpoint) where it names exactly the
+    head's classes (not a fresh head of another --num_classes), else None."""
+    if not FLAGS.weights or outputs.kind != "classifier":
+        return None
+    names = interop.class_names(FLAGS.weights)
+    return names if names is not None and len(names) == outputs.num_classes else None
 
 
 def main(argv):
@@ -61,7 +73,7 @@ def main(argv):
         names = (
             sources.read_class_names(FLAGS.class_names, outputs.num_classes)
             if FLAGS.class_names
-            else None
+            else _stated_class_names(outputs)
         )
     except (ValueError, OSError) as e:  # bad flags, unknown variant, missing files
         raise app.UsageError(str(e)) from e

@@ -17,8 +17,9 @@ def save_checkpoint(model, path):
     """Writes `model`'s weights as an official-layout `.npz` (published names).
 
     Raises:
-        CheckpointError: a model whose family options (`keras_vit.families`)
-            are not the official ones: an `.npz` records none, so the file would
+        CheckpointError: a model whose family options (`keras_vit.families`) or
+            input normalisation (`preprocessing`) are not the official ones: an
+            `.npz` records none, so the file would
             load into another computation (write a `.keras` file, or the
             family's own layout: `save_timm`, `save_transformers`).
     """
@@ -27,12 +28,15 @@ def save_checkpoint(model, path):
         for key, official in FAMILY_DEFAULTS.items()
         if getattr(model, key, official) != official
     }
+    if getattr(model, "preprocessing", None) is not None:  # the official: None
+        other["preprocessing"] = model.preprocessing
+    official = {**FAMILY_DEFAULTS, "preprocessing": None}
     if other:
         raise CheckpointError(
             f"{model.name}: an official .npz records no family options, and this model has "
             + ", ".join(f"{key}={value!r}" for key, value in other.items())
             + " (the official model: "
-            + ", ".join(f"{key}={FAMILY_DEFAULTS[key]!r}" for key in other)
+            + ", ".join(f"{key}={official[key]!r}" for key in other)
             + "); write a .keras file, or use save_timm / save_transformers."
         )
     save_npz(path, model_params(model))

@@ -15,7 +15,7 @@ The families' options (`keras_vit.families`) are in each opened file's metadata.
 
 import os
 
-from keras_vit.checkpoint import state_dict, timm_format, transformers_format
+from keras_vit.checkpoint import hub, state_dict, timm_format, transformers_format
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.families import FAMILY_OPTIONS
 
@@ -105,6 +105,23 @@ def open_directory(path, arch=None):
     return _opened(weights, family, module.open_state(weights, state, config, arch))
 
 
+def class_names(weights):
+    """The class names a `weights` value states: a transformers directory's (or a
+    Hub name's, fetched by `keras_vit.checkpoint.hub`) config.json `id2label`
+    (`transformers_format.class_names`); None for anything else, or placeholder
+    names. What the exports label their classes with by default
+    (tools/export_savedmodel.py)."""
+    weights = os.fspath(weights)
+    if hub.claims(weights):
+        weights = hub.fetch(weights)
+    elif claims_file(weights):
+        weights = os.path.dirname(weights) or "."
+    if directory_family(weights) != TRANSFORMERS:
+        return None
+    config = state_dict.read_config(os.path.join(weights, state_dict.HUB_CONFIG))
+    return transformers_format.class_names(config)
+
+
 def model_config(metadata, sizes):
     """The keras_vit model config (`VisionTransformer` arguments, as its
     `get_config`) of a file whose metadata is `metadata` and whose sizes
@@ -119,6 +136,7 @@ def model_config(metadata, sizes):
         "num_classes": metadata.get("num_classes"),
         "include_top": "num_classes" in metadata,
         **{key: metadata[key] for key in FAMILY_OPTIONS},
+        **({"preprocessing": metadata["preprocessing"]} if metadata.get("preprocessing") else {}),
     }
 
 

@@ -17,7 +17,11 @@ from keras_vit.checkpoint import layout, source
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.metadata import POSEMB, input_kernel
 from keras_vit.families import FAMILY_OPTIONS
-from keras_vit.layers.position_embedding import resize_position_embedding
+from keras_vit.layers.position_embedding import (
+    OFFICIAL,
+    RESIZE_METHODS,
+    resize_position_embedding,
+)
 
 logger = logging.getLogger("keras_vit")
 
@@ -53,14 +57,15 @@ class Target:
         )
 
 
-def load_weights(model, weights):
+def load_weights(model, weights, posemb_resize=None):
     """Loads `weights` (a registry name, an `.npz`, `.keras` or `.weights.h5`
     path, a trainers/ run directory: anything `open_source` takes, or a `Source`
-    it opened) into `model`, resizing position embeddings and replacing a head of
-    another width by a fresh zero-initialised one. Returns the model."""
+    it opened) into `model`, resizing position embeddings (`posemb_resize`, as
+    `load`) and replacing a head of another width by a fresh zero-initialised
+    one. Returns the model."""
     if not isinstance(weights, source.Source):
         weights = source.open_source(weights, model_architecture(model))
-    return load(model, weights)
+    return load(model, weights, posemb_resize)
 
 
 def model_architecture(model):
@@ -75,13 +80,21 @@ def model_architecture(model):
     )
 
 
-def load(model, opened):
+def load(model, opened, posemb_resize=None):
     """Assigns the arrays of an opened `Source` to `model` (all-or-nothing).
     Returns the model. Where the file's family computes otherwise than the model
     (`keras_vit.families`: a timm file's exact GELU in a model of the tanh form,
-    ...), a warning says so: the model's outputs are then not the file's."""
+    ...), a warning says so: the model's outputs are then not the file's.
+
+    `posemb_resize`: how position embeddings of another grid are resized
+    (`keras_vit.layers.position_embedding.RESIZE_METHODS`); None: as the code that
+    wrote the file does (its metadata's 'posemb_resize': timm's bicubic for a
+    timm file, transformers' for a transformers one), else 'official'."""
+    if posemb_resize is not None and posemb_resize not in RESIZE_METHODS:
+        raise ValueError(f"posemb_resize={posemb_resize!r} is not one of {RESIZE_METHODS}.")
+    method = posemb_resize or opened.metadata.get("posemb_resize") or OFFICIAL
     values = assign_params(
-        model, opened.read(model), opened.origin, opened.metadata.get("grid_size")
+        model, opened.read(model), opened.origin, opened.metadata.get("grid_size"), method
     )
     for key in FAMILY_OPTIONS:
         recorded, built = opened.metadata.get(key), getattr(model, key, None)
@@ -98,7 +111,7 @@ def load(model, opened):
     return values
 
 
-def assign_params(model, params, origin="checkpoint", grid_size=None):
+def assign_params(model, params, origin="checkpoint", grid_size=None, posemb_resize=OFFICIAL):
     """Checks `params` (official names -> arrays) against `model`, adapts them
     (`fit_params`), then assigns them all. Returns the model.
 
@@ -106,18 +119,19 @@ def assign_params(model, params, origin="checkpoint", grid_size=None):
     both shapes and listing missing/unexpected keys.
     """
     variables = layout.model_variables(model)
-    values = fit_params(params, Target.of(model), origin, grid_size)
+    values = fit_params(params, Target.of(model), origin, grid_size, posemb_resize)
     for name, value in values.items():
         variable = variables[name]
         variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
     return model
 
 
-def fit_params(params, target, origin="checkpoint", grid_size=None):
+def fit_params(params, target, origin="checkpoint", grid_size=None, posemb_resize=OFFICIAL):
     """The arrays to assign to `target` (a `Target`) from a checkpoint's `params`.
 
-    Position embeddings of another resolution are resized as the official
-    `interpolate_posembed` does (the source grid is `grid_size`, or square).
+    Position embeddings of another resolution are resized by `posemb_resize`
+    (`resize_position_embedding`'s method: 'official' as the official
+    `interpolate_posembed`; the source grid is `grid_size`, or square).
     An RGB input kernel (the patch embedding's, a hybrid's 'conv_root') going to a
     model of C != 3 input channels is adapted (`adapt_input_channels`, one log
     line). A top layer (`TOP_LAYERS`) of another shape, or absent from the
@@ -151,7 +165,7 @@ def fit_params(params, target, origin="checkpoint", grid_size=None):
             and not missing
             and not unexpected
         ):
-            value = _resize(value, grid_size, target, origin)
+            value = _resize(value, grid_size, target, origin, posemb_resize)
         if (
             name == stem
             and value.shape != expected
@@ -243,10 +257,10 @@ def _top(name):
     return layer if layer in TOP_LAYERS and rest and "/" not in rest else None
 
 
-def _resize(value, grid_size, target, origin):
+def _resize(value, grid_size, target, origin, method):
     try:
         return resize_position_embedding(
-            value, grid_size, target.grid_size, target.num_prefix_tokens
+            value, grid_size, target.grid_size, target.num_prefix_tokens, method
         )
     except ValueError as e:
         raise CheckpointError(f"{origin}: '{POSEMB}' cannot be resized: {e}") from e

@@ -16,6 +16,13 @@ says, where it says it:
                          the options of the file's family (`keras_vit.families`),
                          where it says them (a Keras config, a timm or
                          transformers file: `keras_vit.checkpoint.interop`)
+    posemb_resize        how the code that wrote it resizes position embeddings
+                         (`keras_vit.layers.position_embedding.RESIZE_METHODS`;
+                         absent: 'official')
+    preprocessing        the input normalisation, where it is not the authors'
+                         (`keras_vit.preprocessing`: a Keras config, timm's
+                         pretrained_cfg mean/std, transformers'
+                         preprocessor_config.json)
 
 An official file records them in its arrays (`from_params`); a Keras file in the
 model's config (`from_config`).
@@ -100,6 +107,8 @@ def from_config(config):
     """
     meta = {key: config.get(key) for key in ("num_classes", "representation_size", "classifier")}
     meta.update({key: config[key] for key in FAMILY_OPTIONS if config.get(key) is not None})
+    if config.get("preprocessing") is not None:
+        meta["preprocessing"] = config["preprocessing"]
     meta["channels"] = int(config.get("channels") or 3)
     if not config.get("include_top", True):
         meta.pop("num_classes")

@@ -9,6 +9,9 @@ official names. `keras_vit.factory` builds a model from what it records;
 
 The kinds, in the order they are tried:
 
+    Hub name          'hf://<org>/<name>' or 'hf-hub:<org>/<name>': a timm /
+                      transformers repository, downloaded by huggingface_hub
+                      (`hub`), opened as a timm / transformers directory
     AugReg file name  'augreg:<file name>': downloaded (`registry`), an .npz
     URL               http(s)://..., or any other URL of an .npz (gs://...):
                       downloaded; `registry.resolve` says which are allowed
@@ -36,7 +39,7 @@ import os
 from typing import Callable
 
 from keras_vit import run_directory
-from keras_vit.checkpoint import augreg, interop, keras_files, metadata, npz, registry
+from keras_vit.checkpoint import augreg, hub, interop, keras_files, metadata, npz, registry
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.layers.resnet import resnet_stride
 from keras_vit.variants import variant_name
@@ -107,7 +110,8 @@ def open_source(weights, arch=None):
             `keras_vit.checkpoint.registry`), 'augreg:<AugReg file name>', an
             https:// or gs:// URL of an official `.npz`, or a path: an official
             `.npz`, a `.keras` or `.weights.h5` file, a trainers/ run directory,
-            a timm or transformers state dict file or Hub directory.
+            a timm or transformers state dict file or Hub directory; or a Hub
+            name, 'hf://<org>/<name>' or 'hf-hub:<org>/<name>' (`hub`).
         arch: the architecture of the model it goes to (`architecture`; may hold
             'variant', its name): a short name and an AugReg name are that
             variant's, and it turns an official file's grid into a resolution.
@@ -120,6 +124,7 @@ def open_source(weights, arch=None):
         ValueError: an unknown short name, a malformed AugReg name or URL, an
             AugReg checkpoint of another architecture (before any download).
         registry.DownloadError: a download that cannot be made (offline, ...).
+        ImportError: a Hub name without huggingface_hub installed.
         CheckpointError: a file that is not a checkpoint.
         keras_vit.run_directory.RunDirectoryError: a run directory without its
             exported model, or with an unreadable config.
@@ -195,6 +200,12 @@ def _interop_directory(path, arch):
     return Source(origin, meta, read, config)
 
 
+def _hub(weights, arch):
+    """A Hub name: its repository's files fetched (`hub.fetch`), opened as a
+    timm / transformers directory."""
+    return _interop_directory(hub.fetch(weights), arch)
+
+
 def _recorded(config, origin, error):
     """`metadata.from_config`, its ValueError as `error` naming `origin`."""
     try:
@@ -214,6 +225,7 @@ def _is_npz_path(weights):
 
 
 KINDS = (
+    Kind("Hub name", hub.claims, _hub),
     Kind("AugReg file name", lambda w: w.startswith(augreg.PREFIX), _download),
     Kind("URL", _is_url, _download),
     Kind(".keras file", lambda w: w.endswith(".keras"), _keras),

@@ -28,6 +28,7 @@ PICKLES = (".bin", ".pth", ".pt")
 SUFFIXES = SAFETENSORS + PICKLES
 HUB_CONFIG = "config.json"
 HUB_WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the first is preferred
+HUB_PREPROCESSOR = "preprocessor_config.json"  # transformers' image processor (normalisation)
 # What transformers requires of a safetensors file's metadata (PyTorch tensors).
 SAFETENSORS_METADATA = {"format": "pt"}
 
@@ -65,9 +66,10 @@ def read_config(path):
     return config
 
 
-def write_config(directory, config):
-    """Writes `config` as the directory's config.json (indented, as the Hub's)."""
-    with open(os.path.join(directory, HUB_CONFIG), "w", encoding="utf-8") as f:
+def write_config(directory, config, name=HUB_CONFIG):
+    """Writes `config` as the directory's `name` JSON file (config.json; indented,
+    as the Hub's)."""
+    with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
 

@@ -37,7 +37,8 @@ from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.refused import refuse
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON
 from keras_vit.layers.patch_embedding import to_pair
-from keras_vit.preprocessing import PIXEL_SCALE
+from keras_vit.layers.position_embedding import TIMM
+from keras_vit.preprocessing import check_preprocessing, mean_std
 from keras_vit.variants import variant_name
 
 # timm's VisionTransformer LayerNorms: partial(nn.LayerNorm, eps=1e-6), the official value.
@@ -149,6 +150,8 @@ def open_state(origin, state, config=None, arch=None):
         "approximate_gelu": ACTIVATIONS[act],
         "layer_norm_epsilon": TIMM_LAYER_NORM_EPSILON,
         "fc_norm": fc_norm,
+        "preprocessing": _preprocessing(origin, config),
+        "posemb_resize": TIMM,  # timm's resample_abs_pos_embed
     }
     if "head.weight" in state:
         meta["num_classes"] = int(state["head.weight"].shape[0])
@@ -298,7 +301,7 @@ def timm_config(model):
         "fc_norm": bool(getattr(model, "fc_norm", False)),
         "act_layer": "gelu_tanh" if getattr(model, "approximate_gelu", True) else "gelu",
     }
-    scale = PIXEL_SCALE / 255.0  # [0, 1] pixels: (x - 0.5) / 0.5 is keras_vit's [-1, 1]
+    mean, std = mean_std(getattr(model, "preprocessing", None), int(model.channels))
     return {
         "architecture": TIMM_NAMES.get(variant_name(arch), DEFAULT_NAME),
         "num_classes": num_classes,
@@ -308,8 +311,8 @@ def timm_config(model):
         "pretrained_cfg": {
             "input_size": [int(model.channels), height, width],
             "fixed_input_size": True,
-            "mean": [scale] * int(model.channels),
-            "std": [scale] * int(model.channels),
+            "mean": mean,
+            "std": std,
             "num_classes": num_classes,
             "first_conv": "patch_embed.proj",
             "classifier": "head",
@@ -341,6 +344,21 @@ def _check_expressible(model):
             f"{name}: mlp_dim={mlp_dim} is not int(hidden_size * mlp_ratio) for any "
             f"mlp_ratio timm can be given (hidden_size {hidden})."
         )
+
+
+def _preprocessing(origin, config):
+    """The input normalisation config.json's `pretrained_cfg` states (mean and std
+    on the [0, 1] scale), checked; None where it states none or the authors'."""
+    pretrained = (config or {}).get("pretrained_cfg") or {}
+    if "mean" not in pretrained or "std" not in pretrained:
+        return None
+    try:
+        return check_preprocessing(
+            {"mean": pretrained["mean"], "std": pretrained["std"]},
+            where=f"{origin}: config.json pretrained_cfg",
+        )
+    except ValueError as e:
+        raise CheckpointError(str(e)) from e
 
 
 def _model_args(config):

@@ -34,6 +34,8 @@ from keras_vit.checkpoint import layout, state_dict, torch_layout
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.refused import refuse
 from keras_vit.layers.patch_embedding import to_pair
+from keras_vit.layers.position_embedding import TRANSFORMERS
+from keras_vit.preprocessing import PIXEL_MAX, check_preprocessing, mean_std
 
 MODEL_TYPE = "vit"
 # transformers' ViTConfig defaults, where a config.json leaves a key out.
@@ -58,6 +60,15 @@ ACTIVATIONS = {
 # What save_transformers writes for approximate_gelu (torch's tanh GELU).
 WRITTEN_ACTIVATIONS = {False: "gelu", True: "gelu_pytorch_tanh"}
 CLASSIFIER_PREFIX = "vit."
+# transformers' ViTImageProcessor defaults, where a preprocessor_config.json leaves a key out.
+PROCESSOR_DEFAULTS = {
+    "do_rescale": True,
+    "rescale_factor": 1 / PIXEL_MAX,
+    "do_normalize": True,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+}
+PIL_BILINEAR = 2  # the resample save_transformers writes: the serving signatures' resize
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 _LAYER_MODULES = {
@@ -153,6 +164,8 @@ def open_state(origin, state, config, arch=None):
         "approximate_gelu": ACTIVATIONS[act],
         "layer_norm_epsilon": float(config["layer_norm_eps"]),
         "fc_norm": False,
+        "preprocessing": read_preprocessing(os.path.dirname(origin) or "."),
+        "posemb_resize": TRANSFORMERS,  # transformers' interpolate_pos_encoding
     }
     if "classifier.weight" in state:
         meta["num_classes"] = int(state["classifier.weight"].shape[0])
@@ -224,7 +237,71 @@ def save_transformers(model, directory):
     weights = os.path.join(directory, state_dict.HUB_WEIGHTS[0])
     state_dict.write_safetensors(weights, state)
     state_dict.write_config(directory, config)
+    state_dict.write_config(directory, preprocessor_config(model), state_dict.HUB_PREPROCESSOR)
     return weights
+
+
+def class_names(config):
+    """The class names of a transformers config.json's `id2label`, in label order;
+    None where it has none, misses a label, or holds only transformers' placeholder
+    names 'LABEL_<i>'."""
+    id2label = config.get("id2label") or {}
+    try:
+        names = [str(id2label[str(i)]) for i in range(len(id2label))]
+    except KeyError:
+        return None
+    if not names or names == [f"LABEL_{i}" for i in range(len(names))]:
+        return None
+    return names
+
+
+def read_preprocessing(directory):
+    """The input normalisation (`keras_vit.preprocessing`) of a transformers
+    directory's preprocessor_config.json: its image_mean / image_std after a
+    rescale by 1/255 (ViTImageProcessor's; without normalisation, mean 0 and
+    std 1); None where there is no such file, or it states the authors'.
+
+    Raises:
+        CheckpointError: an unreadable file, a rescale other than 1/255, or a
+            malformed mean / std (the file and key named).
+    """
+    path = os.path.join(directory, state_dict.HUB_PREPROCESSOR)
+    if not os.path.isfile(path):
+        return None
+    processor = {**PROCESSOR_DEFAULTS, **state_dict.read_config(path)}
+    rescale = processor["rescale_factor"] if processor["do_rescale"] else 1.0
+    if not isinstance(rescale, (int, float)) or abs(rescale * PIXEL_MAX - 1) > 1e-6:
+        raise CheckpointError(
+            f"{path}: rescale_factor {rescale!r} (do_rescale {processor['do_rescale']}) is not "
+            "1/255: keras_vit normalises [0, 255] pixels by a mean and std on the [0, 1] scale."
+        )
+    if not processor["do_normalize"]:
+        return {"mean": [0.0], "std": [1.0]}
+    try:
+        return check_preprocessing(
+            {"mean": processor["image_mean"], "std": processor["image_std"]},
+            where=f"{path}: image_mean / image_std",
+        )
+    except ValueError as e:
+        raise CheckpointError(str(e)) from e
+
+
+def preprocessor_config(model):
+    """transformers' preprocessor_config.json (a ViTImageProcessor's) for `model`:
+    its resolution and its normalisation (`model.preprocessing`)."""
+    height, width = to_pair(model.image_size)
+    mean, std = mean_std(getattr(model, "preprocessing", None), int(model.channels))
+    return {
+        "image_processor_type": "ViTImageProcessor",
+        "do_resize": True,
+        "size": {"height": height, "width": width},
+        "resample": PIL_BILINEAR,
+        "do_rescale": True,
+        "rescale_factor": 1 / PIXEL_MAX,
+        "do_normalize": True,
+        "image_mean": mean,
+        "image_std": std,
+    }
 
 
 def from_params(params):

@@ -170,22 +170,88 @@ def _resize_axis(values, size, axis):
     )
 
 
-def resize_position_embedding(posemb, old_grid, new_grid, num_prefix_tokens):
+# How a checkpoint's position embeddings are resized to another grid, by the code
+# that wrote it (the per-source default; `resize_position_embedding`'s `method`).
+OFFICIAL, TIMM, TRANSFORMERS = "official", "timm", "transformers"
+RESIZE_METHODS = (OFFICIAL, TIMM, TRANSFORMERS)
+
+
+def _cubic(x, a):
+    """Keys' cubic convolution kernel of parameter `a` at offsets `x` (array)."""
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x < 1, near, np.where(x < 2, far, 0.0))
+
+
+def _bicubic_matrix(size, source_size):
+    """(size, source_size) weights of torch's `interpolate(mode='bicubic',
+    align_corners=False)` along one axis (transformers' `interpolate_pos_encoding`):
+    Keys' a=-0.75 at half-pixel sources, edge indices clamped."""
+    source = (np.arange(size) + 0.5) * (source_size / size) - 0.5
+    floor = np.floor(source)
+    matrix = np.zeros((size, source_size))
+    for tap in (-1, 0, 1, 2):
+        index = np.clip(floor + tap, 0, source_size - 1).astype(int)
+        np.add.at(matrix, (np.arange(size), index), _cubic(source - (floor + tap), -0.75))
+    return matrix
+
+
+def _antialiased_bicubic_matrix(size, source_size):
+    """(size, source_size) weights of torch's `interpolate(mode='bicubic',
+    antialias=True, align_corners=False)` along one axis (timm's
+    `resample_abs_pos_embed`): Keys' a=-0.5 (PIL's), stretched by the
+    downscaling factor, cut at the edges and renormalised."""
+    scale = source_size / size
+    stretch = max(scale, 1.0)
+    centre = (np.arange(size) + 0.5) * scale
+    low = np.maximum((centre - 2 * stretch + 0.5).astype(int), 0)
+    high = np.minimum((centre + 2 * stretch + 0.5).astype(int), source_size)
+    matrix = np.zeros((size, source_size))
+    for row in range(size):
+        taps = np.arange(low[row], high[row])
+        weights = _cubic((taps - centre[row] + 0.5) / stretch, -0.5)
+        matrix[row, taps] = weights / weights.sum()
+    return matrix
+
+
+def _resized_grid(grid, new_grid, method):
+    """A (rows, cols, D) grid resized to `new_grid` by `method` (RESIZE_METHODS)."""
+    if method == OFFICIAL:
+        zoom = (new_grid[0] / grid.shape[0], new_grid[1] / grid.shape[1], 1)
+        return scipy.ndimage.zoom(grid, zoom, order=1)
+    matrix = _antialiased_bicubic_matrix if method == TIMM else _bicubic_matrix
+    rows, cols = (matrix(new, old) for new, old in zip(new_grid, grid.shape[:2]))
+    # float64 weights on float32 values: each output a short sum, rounded once.
+    return np.einsum("ir,jc,rcd->ijd", rows, cols, grid.astype(np.float64))
+
+
+def resize_position_embedding(posemb, old_grid, new_grid, num_prefix_tokens, method=OFFICIAL):
     """Resizes a (1, prefix + rows*cols, D) embedding to another grid.
 
-    Exactly the official `checkpoint.interpolate_posembed`: the prefix (class
-    token) embeddings are kept; the grid is reshaped to (rows, cols, D) and
-    resampled with `scipy.ndimage.zoom(order=1)` (linear, corner-aligned);
-    non-square grids use a zoom factor per axis.
+    The prefix (class token) embeddings are kept; the grid is reshaped to (rows,
+    cols, D) and resampled by `method`:
+        'official'      exactly the official `checkpoint.interpolate_posembed`:
+                        `scipy.ndimage.zoom(order=1)` (linear, corner-aligned; a
+                        zoom factor per axis)
+        'timm'          timm's `resample_abs_pos_embed`: torch's bicubic with
+                        antialias, align_corners=False
+        'transformers'  transformers' ViT `interpolate_pos_encoding`: torch's
+                        bicubic, align_corners=False
 
     Args:
         posemb: array (1, num_prefix_tokens + rows*cols, D).
         old_grid: (rows, cols) of `posemb`, or None for a square grid.
         new_grid: (rows, cols) wanted.
         num_prefix_tokens: 1 for class-token models, 0 for GAP models.
+        method: one of RESIZE_METHODS.
     Returns:
         float array (1, num_prefix_tokens + new_rows*new_cols, D).
     """
+    if method not in RESIZE_METHODS:
+        raise ValueError(
+            f"position embedding resize method {method!r} is not one of {RESIZE_METHODS}."
+        )
     posemb = np.asarray(posemb)
     if posemb.ndim != 3 or posemb.shape[0] != 1:
         raise ValueError(f"position embedding must be (1, N, D), got {posemb.shape}.")
@@ -201,9 +267,12 @@ def resize_position_embedding(posemb, old_grid, new_grid, num_prefix_tokens):
         )
     if old_grid == new_grid:
         return posemb
-    logger.info("Resizing position embeddings from a %dx%d grid to %dx%d.", *old_grid, *new_grid)
-    grid = grid.reshape(old_grid[0], old_grid[1], -1)
-    zoom = (new_grid[0] / old_grid[0], new_grid[1] / old_grid[1], 1)
-    grid = scipy.ndimage.zoom(grid, zoom, order=1)
+    logger.info(
+        "Resizing position embeddings from a %dx%d grid to %dx%d (%s).",
+        *old_grid,
+        *new_grid,
+        method,
+    )
+    grid = _resized_grid(grid.reshape(old_grid[0], old_grid[1], -1), new_grid, method)
     grid = grid.reshape(1, new_grid[0] * new_grid[1], -1)
     return np.concatenate([prefix, grid], axis=1).astype(posemb.dtype)
