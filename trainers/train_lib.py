@@ -282,7 +282,9 @@ def build(config, strategy, objective, num_classes, plan, init, jit_compile):
         model.compile(
             optimizer=optimizers.make_optimizer(config, lr),
             loss=objective.loss(config),
-            metrics=objective.metrics(config),
+            # Weighted: Keras applies sample weights to `weighted_metrics` only, and the
+            # evaluation batches pad each split with weight-0 rows (input_pipeline).
+            weighted_metrics=objective.metrics(config),
             steps_per_execution=plan.steps_per_execution,
             jit_compile=jit_compile,
         )

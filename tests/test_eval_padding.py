@@ -1,0 +1,40 @@
+"""Evaluation pads each split with weight-0 rows up to a multiple of the batch
+(trainers/input_pipeline.eval_dataset); the compiled metrics must leave them out, or a
+split of 37 examples in batches of 16 would be scored over 48 rows."""
+
+import keras
+import numpy as np
+import pytest
+from keras_vit_configs import fashion_mnist
+from keras_vit_trainers import input_pipeline, objectives, testing, train_config, train_lib
+from keras_vit_trainers.input_spec import InputSpec
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
+N_TEST, BATCH = 37, 16  # the last batch: 5 examples and 11 rows of padding
+
+
+def test_padding_rows_count_in_no_metric(tmp_path):
+    import tensorflow as tf
+
+    data = str(tmp_path / "data")
+    testing.make_tiny_data(data, n_train=16, n_test=N_TEST, per_shard=64)
+    overrides = {f"model.{k}": v for k, v in testing.TINY_MODEL.items()}
+    config = train_config.resolve(
+        fashion_mnist.get_config(), "pretrain", {"evals": {}, **overrides}
+    )
+    objective = objectives.get("classification")
+    plan = train_lib.Plan(BATCH, 1, 1, 1000, 1000, 0, str(tmp_path / "checkpoints"))
+    model = train_lib.build(config, tf.distribute.get_strategy(), objective, 4, plan, None, False)
+    spec = InputSpec.from_config(config, 4, False, objective)  # one-hot labels (batch_fn)
+    padded = input_pipeline.eval_dataset(data, spec, batch_size=BATCH, split="test")
+    results = model.evaluate(padded, return_dict=True, verbose=0)
+    whole = input_pipeline.eval_dataset(data, spec, batch_size=N_TEST, split="test")
+    images, labels, weights = next(iter(whole))
+    assert float(np.sum(weights)) == N_TEST  # one batch, no padding
+    logits = np.asarray(model(images, training=False), np.float64)
+    accuracy = np.mean(np.argmax(logits, -1) == np.argmax(np.asarray(labels), -1))
+    assert abs(results[objective.metric_name] - accuracy) < 1e-6
+    per_example = objective.loss(config, reduction=None)(labels, logits.astype("float32"))
+    np.testing.assert_allclose(results[objective.loss_metric_name], np.mean(per_example), rtol=1e-5)
