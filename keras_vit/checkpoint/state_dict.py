@@ -22,6 +22,7 @@ import ml_dtypes  # noqa: F401  (a Keras dependency: registers bfloat16 with Num
 import numpy as np
 
 from keras_vit.checkpoint.errors import CheckpointError
+from keras_vit.preprocessing import check_preprocessing
 
 SAFETENSORS = (".safetensors",)
 PICKLES = (".bin", ".pth", ".pt")
@@ -163,3 +164,12 @@ def _safetensors_numpy(path):
             "(pip install safetensors, or keras_vit[interop])."
         ) from None
     return safetensors.numpy
+
+
+def checked_preprocessing(mean, std, where):
+    """{"mean", "std"} as a file states them (`keras_vit.preprocessing.
+    check_preprocessing`), a CheckpointError naming `where` when they are malformed."""
+    try:
+        return check_preprocessing({"mean": mean, "std": std}, where=where)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from e

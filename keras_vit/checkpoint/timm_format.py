@@ -38,7 +38,7 @@ from keras_vit.checkpoint.refused import refuse
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.position_embedding import TIMM
-from keras_vit.preprocessing import check_preprocessing, mean_std
+from keras_vit.preprocessing import mean_std
 from keras_vit.variants import variant_name
 
 # timm's VisionTransformer LayerNorms: partial(nn.LayerNorm, eps=1e-6), the official value.
@@ -352,13 +352,9 @@ def _preprocessing(origin, config):
     pretrained = (config or {}).get("pretrained_cfg") or {}
     if "mean" not in pretrained or "std" not in pretrained:
         return None
-    try:
-        return check_preprocessing(
-            {"mean": pretrained["mean"], "std": pretrained["std"]},
-            where=f"{origin}: config.json pretrained_cfg",
-        )
-    except ValueError as e:
-        raise CheckpointError(str(e)) from e
+    return state_dict.checked_preprocessing(
+        pretrained["mean"], pretrained["std"], f"{origin}: config.json pretrained_cfg"
+    )
 
 
 def _model_args(config):

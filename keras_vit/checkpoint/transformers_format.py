@@ -35,7 +35,7 @@ from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.refused import refuse
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.position_embedding import TRANSFORMERS
-from keras_vit.preprocessing import PIXEL_MAX, check_preprocessing, mean_std
+from keras_vit.preprocessing import PIXEL_MAX, mean_std
 
 MODEL_TYPE = "vit"
 # transformers' ViTConfig defaults, where a config.json leaves a key out.
@@ -277,13 +277,9 @@ def read_preprocessing(directory):
         )
     if not processor["do_normalize"]:
         return {"mean": [0.0], "std": [1.0]}
-    try:
-        return check_preprocessing(
-            {"mean": processor["image_mean"], "std": processor["image_std"]},
-            where=f"{path}: image_mean / image_std",
-        )
-    except ValueError as e:
-        raise CheckpointError(str(e)) from e
+    return state_dict.checked_preprocessing(
+        processor["image_mean"], processor["image_std"], f"{path}: image_mean / image_std"
+    )
 
 
 def preprocessor_config(model):
