@@ -119,4 +119,39 @@ def test_two_validation_folders_and_holdout_elsewhere_are_errors(tmp_path):
     with pytest.raises(ValueError, match=r"both eval/ and val/ would be the 'validation' split"):
         make_tfrecords.folder_source(str(tmp_path / "images"))
     with pytest.raises(ValueError, match="--holdout applies to --source=folder:PATH"):
-        make_tfrecords.get_source("fashion_mnist", holdout=0.1)
+        make_tfrecords.get_source("tfds:mnist", holdout=0.1)
+
+
+def _idx(path, array):
+    """An IDX file as Fashion-MNIST's: magic 0x08 (unsigned bytes) + ndim, big-endian
+    sizes, the bytes; gzipped."""
+    import gzip
+    import struct
+
+    header = struct.pack(">BBBB", 0, 0, 8, array.ndim) + struct.pack(
+        f">{array.ndim}I", *array.shape
+    )
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_fashion_mnist_holdout_is_a_stratified_validation_split(tmp_path):
+    labels = np.repeat(np.arange(10), 4)[np.random.default_rng(0).permutation(40)]
+    images = np.arange(40, dtype=np.uint8)[:, None, None] * np.ones((1, 28, 28), np.uint8)
+    _idx(tmp_path / "train-images-idx3-ubyte.gz", images)
+    _idx(tmp_path / "train-labels-idx1-ubyte.gz", labels)
+    _idx(tmp_path / "t10k-images-idx3-ubyte.gz", images[:10])
+    _idx(tmp_path / "t10k-labels-idx1-ubyte.gz", labels[:10])
+    splits, names, _, extra = make_tfrecords.get_source(
+        "fashion_mnist", fashion_mnist_dir=str(tmp_path), holdout=0.25, seed=3
+    )
+    assert {k: v[0] for k, v in splits.items()} == {"train": 30, "validation": 10, "test": 10}
+    seen = {}
+    for split in ("train", "validation"):
+        rows = list(splits[split][1])
+        seen[split] = {int(tf.io.decode_png(png)[0, 0, 0]) for png, _ in rows}
+        counts = collections.Counter(int(label) for _, label in rows)
+        assert counts == {c: 3 if split == "train" else 1 for c in range(10)}
+    assert seen["train"].isdisjoint(seen["validation"])  # no image in both
+    assert seen["train"] | seen["validation"] == set(range(40))  # nothing lost
+    assert extra["holdout"]["seed"] == 3 and len(names) == 10

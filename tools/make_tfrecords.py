@@ -17,7 +17,7 @@ apply) or does not decode is skipped, counted and named (--strict: an error).
 folder:PATH expects PATH/{split}/{class_name}/*.{png,jpg,jpeg} with split train,
 validation (or val/, eval/) or test; a folder without split subfolders is one `train`
 split. --holdout=0.1 writes a stratified tenth of train as `validation`, for data that
-has none (tools/holdout.py; the manifest records the seed and the per-class counts).
+has none (folder: and fashion_mnist sources) (tools/holdout.py; the manifest records the seed and the per-class counts).
 Output is deterministic: a folder's examples are written in an order shuffled with
 --seed (not sorted by class), other sources in their own order; shards are contiguous
 slices.
@@ -65,7 +65,7 @@ flags.DEFINE_bool(
 flags.DEFINE_float(
     "holdout",
     None,
-    "folder: sources without a validation split: the fraction of train written as a "
+    "folder: and fashion_mnist sources (no validation split): the fraction of train written as a "
     "stratified, seeded `validation` split (e.g. 0.1).",
 )
 flags.DEFINE_integer("seed", 0, "folder: sources: the seed of the write order and --holdout.")
@@ -98,8 +98,11 @@ def encode_png(array):
 # --- sources: each returns {split: (count, iterator of (encoded, labels))}, class names, multi_label
 
 
-def fashion_mnist_source(directory):
-    splits = {}
+def fashion_mnist_source(directory, holdout=None, seed=0):
+    """The Debian IDX files as `train` and `test`; `holdout`: that fraction of train
+    written as a stratified `validation` split (tools/holdout.py, recorded in the
+    manifest). Returns (splits, class_names, multi_label, manifest entries)."""
+    splits, extra = {}, {}
     for split, prefix in (("train", "train"), ("test", "t10k")):
         paths = [
             os.path.join(directory, f"{prefix}-{kind}-ubyte.gz")
@@ -113,8 +116,21 @@ def fashion_mnist_source(directory):
                 "--source=tfds:fashion_mnist."
             )
         images, labels = read_idx(paths[0]), read_idx(paths[1])
-        splits[split] = (len(images), ((encode_png(i), l) for i, l in zip(images, labels)))
-    return splits, FASHION_MNIST_CLASSES, False
+        parts = {split: np.arange(len(labels))}
+        if holdout and split == "train":
+            kept, held = holdout_lib.split(labels, len(FASHION_MNIST_CLASSES), holdout, seed)
+            extra["holdout"] = holdout_lib.describe(
+                labels, kept, held, FASHION_MNIST_CLASSES, holdout, seed
+            )
+            parts = {"train": kept, "validation": held}
+        for name, rows in parts.items():
+            splits[name] = (len(rows), _idx_examples(images, labels, rows))
+    return splits, FASHION_MNIST_CLASSES, False, extra
+
+
+def _idx_examples(images, labels, rows):
+    for i in rows:
+        yield encode_png(images[i]), labels[i]
 
 
 # Held-out folders a class-folder data set may have, and the split each is written as.
@@ -242,13 +258,14 @@ def get_source(
     `seed` are the folder source's (`folder_source`)."""
     if source.startswith("folder:"):
         return folder_source(source[len("folder:") :], holdout, seed)
+    if source == "fashion_mnist":
+        return fashion_mnist_source(fashion_mnist_dir, holdout, seed)
     if holdout:
         raise ValueError(
-            f"--holdout applies to --source=folder:PATH; {source} comes with its own splits "
-            "(tfds: name a validation split with --splits, or train on a slice of train)"
+            f"--holdout applies to --source=folder:PATH and fashion_mnist; {source} comes "
+            "with its own splits (tfds: name a validation split with --splits, or train "
+            "on a slice of train)"
         )
-    if source == "fashion_mnist":
-        return (*fashion_mnist_source(fashion_mnist_dir), {})
     if source.startswith("tfds:"):
         return (*tfds_source(source[len("tfds:") :], tfds_data_dir), {})
     raise ValueError(f"--source={source!r}: expected fashion_mnist, folder:PATH or tfds:NAME")

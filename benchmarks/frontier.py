@@ -1,0 +1,367 @@
+r"""The compute frontier of the main job: Fashion-MNIST from scratch, test accuracy
+against training compute, for the demo's ViT, a ViT with more tokens and the
+paper's hybrid (§3.1; its Figure 5 has hybrids ahead of plain ViTs at small
+compute, the gap closing as compute grows).
+
+  python benchmarks/frontier.py --work_dir=WORK --stage=sweep     # learning rates
+  python benchmarks/frontier.py --work_dir=WORK --stage=frontier  # the budgets
+  python benchmarks/frontier.py --work_dir=WORK --stage=seeds     # seeds at the demo budget
+  python benchmarks/frontier.py --plot    # docs/images/frontier.png + the summary
+
+Each point (arm, steps, learning rate, seed) is one trainers/pretrain.py run with the
+arm's config; it writes benchmarks/results/frontier/<point>.json as it finishes
+(accuracy, training images, images/s, GFLOPs per image, wall time, CPU kind,
+commit), and a rerun skips every point whose JSON exists, so the hours-long run
+resumes where it stopped. --arms, --steps, --lrs and --seeds override a stage's
+plan.
+
+sweep     every arm at SWEEP_STEPS with each of SWEEP_LRS, trained on 90% of the
+          training images and scored on the held-out tenth (WORK/data_holdout, written
+          by tools/make_tfrecords.py --holdout), never on the test split.
+frontier  every arm at each of BUDGET_STEPS with its best sweep learning rate.
+seeds     DEMO_STEPS with seeds 1 and 2 (seed 0 is the frontier's point).
+The warm-up is the demo's fraction of the steps (300 of 4,500); everything else is
+the arm's config. Measurements, not pass/fail; the machine is named in every JSON
+(benchmarks/machine.py): compare wall times within one machine only.
+"""
+
+import glob
+import json
+import os
+import subprocess
+import time
+
+from absl import app, flags
+from keras_vit_benchmarks import trainer_runs
+from keras_vit_benchmarks.machine import describe, machine_info
+
+RESULTS = os.path.join(trainer_runs.ROOT, "benchmarks", "results", "frontier")
+FIGURE = os.path.join(trainer_runs.ROOT, "docs", "images", "frontier.png")
+SUMMARY = os.path.join(trainer_runs.ROOT, "benchmarks", "results", "frontier.json")
+FMNIST = "/usr/share/datasets/fashion-mnist"
+
+# name: (label, config, --config overrides). vit_p4 has the hybrid's Transformer on
+# the same 7x7 grid, so the two differ in the tokeniser only.
+ARMS = {
+    "vit_p7": ("ViT, patch 7 (4x4 tokens), 6 blocks: the demo", "configs/fashion_mnist.py", ()),
+    "vit_p4": (
+        "ViT, patch 4 (7x7 tokens), 4 blocks",
+        "configs/fashion_mnist.py",
+        ("--config.model.patch_size=4", "--config.model.num_layers=4"),
+    ),
+    "hybrid": (
+        "hybrid: ResNet stem (7x7 tokens), 4 blocks",
+        "configs/fashion_mnist_hybrid.py",
+        (),
+    ),
+}
+SWEEP_STEPS = 500
+SWEEP_LRS = (1e-3, 2e-3, 4e-3)
+BUDGET_STEPS = (750, 1500, 4500)
+DEMO_STEPS = 4500  # configs/fashion_mnist.py's total_steps
+WARMUP_FRACTION = 300 / 4500
+# Fashion-MNIST's own benchmark table: two convolutions + pooling, 91.6-92.5%.
+CNN_BASELINE = (0.916, 0.925)
+
+flags.DEFINE_string("work_dir", None, "Where the runs and the hold-out records go.")
+flags.DEFINE_string("data_dir", "data/fashion_mnist", "make demo's Fashion-MNIST records.")
+flags.DEFINE_enum("stage", None, ["sweep", "frontier", "seeds"], "What to run.")
+flags.DEFINE_list("arms", None, f"Arms (default all: {', '.join(ARMS)}).")
+flags.DEFINE_list("steps", None, "Step counts (default: the stage's).")
+flags.DEFINE_list("lrs", None, "Learning rates (default: the stage's; the sweep's best after).")
+flags.DEFINE_list("seeds", None, "Seeds (default: the stage's).")
+flags.DEFINE_bool("plot", False, "Draw docs/images/frontier.png and write the summary.")
+FLAGS = flags.FLAGS
+
+
+def point_name(arm, steps, lr, seed, sweep=False):
+    return f"{'sweep_' if sweep else ''}{arm}_steps{steps}_lr{lr:g}_seed{seed}"
+
+
+def load_points():
+    points = []
+    for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
+        with open(path) as f:
+            points.append(json.load(f))
+    return points
+
+
+def best_lr(arm, points):
+    """The arm's learning rate with the best hold-out accuracy in the sweep."""
+    sweep = [p for p in points if p["arm"] == arm and p["sweep"]]
+    if not sweep:
+        raise app.UsageError(f"no sweep point for arm {arm!r}: run --stage=sweep first")
+    return max(sweep, key=lambda p: p["validation_accuracy"])["learning_rate"]
+
+
+def holdout_records(work_dir):
+    """WORK/data_holdout: Fashion-MNIST's training images with a stratified 10% held
+    out as `validation` (the sweep never scores on the test split)."""
+    data_dir = os.path.join(work_dir, "data_holdout")
+    if not os.path.exists(os.path.join(data_dir, "manifest.json")):
+        source = (
+            "fashion_mnist"
+            if os.path.exists(f"{FMNIST}/train-images-idx3-ubyte.gz")
+            else "tfds:fashion_mnist"
+        )
+        command = [
+            trainer_runs.PY,
+            os.path.join(trainer_runs.ROOT, "tools", "make_tfrecords.py"),
+            f"--source={source}",
+            f"--output_dir={data_dir}",
+            "--holdout=0.1",
+        ]
+        print(f"[{time.strftime('%H:%M:%S')}] data: {' '.join(command)}", flush=True)
+        subprocess.run(command, cwd=trainer_runs.ROOT, check=True)
+    return data_dir
+
+
+def commit():
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=trainer_runs.ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def run_point(arm, steps, lr, seed, data_dir, sweep=False):
+    """Trains one point (unless its JSON exists) and writes its JSON."""
+    from keras_vit_benchmarks import speed_flops
+
+    name = point_name(arm, steps, lr, seed, sweep)
+    out = os.path.join(RESULTS, f"{name}.json")
+    if os.path.exists(out):
+        return
+    label, config, overrides = ARMS[arm]
+    load_before = os.getloadavg()
+    command = trainer_runs.trainer_command(
+        "pretrain",
+        config,
+        data_dir,
+        os.path.join(FLAGS.work_dir, name),
+        "--strategy=default",
+        f"--config.total_steps={steps}",
+        f"--config.learning_rate={lr}",
+        f"--config.warmup_steps={max(1, round(steps * WARMUP_FRACTION))}",
+        f"--config.seed={seed}",
+        f"--config.checkpoint_every={steps}",
+        "--config.evals.test.every=0",
+        *overrides,
+    )
+    metrics = trainer_runs.run_once(FLAGS.work_dir, name, command)
+    with open(os.path.join(FLAGS.work_dir, name, "model_config.json")) as f:
+        spec = json.load(f)
+    spec = spec.get("config", spec)
+    image_size = spec.get("image_size", 28)
+    gflops = speed_flops.model_forward_flops(spec, image_size, spec.get("num_classes", 10)) / 1e9
+    images = metrics["step"] * metrics["global_batch_size"]
+    result = {
+        "point": name,
+        "arm": arm,
+        "label": label,
+        "config": config,
+        "overrides": list(overrides),
+        "sweep": sweep,
+        "steps": metrics["step"],
+        "batch_size": metrics["global_batch_size"],
+        "train_images": images,
+        "epochs": images / (54_000 if sweep else 60_000),
+        "learning_rate": lr,
+        "seed": seed,
+        "test_accuracy": metrics.get("test_accuracy"),
+        "validation_accuracy": metrics.get("validation_accuracy"),
+        "train_images_per_second": metrics["train_images_per_second"],
+        "wall_seconds": metrics["wall_seconds"],
+        "resumed_from_step": metrics.get("resumed_from_step", 0),
+        "gflops_per_image": gflops,
+        "train_pflops": speed_flops.step_flops(gflops * 1e9, images, "train") / 1e15,
+        "model": spec,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "commit": commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine_info(),
+    }
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    score = result["validation_accuracy"] if sweep else result["test_accuracy"]
+    print(
+        f"[{time.strftime('%H:%M:%S')}] {name}: {'validation' if sweep else 'test'} "
+        f"{100 * score:.2f}%, {result['train_images_per_second']:.0f} images/s, "
+        f"{result['wall_seconds']:.0f} s",
+        flush=True,
+    )
+
+
+def plan(stage, points):
+    """[(arm, steps, lr, seed, sweep)] for a stage, with the flags' overrides."""
+    arms = FLAGS.arms or list(ARMS)
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        raise app.UsageError(f"--arms: unknown {unknown}; known: {sorted(ARMS)}")
+    steps = [int(s) for s in FLAGS.steps] if FLAGS.steps else None
+    seeds = [int(s) for s in FLAGS.seeds] if FLAGS.seeds else None
+    lrs = [float(x) for x in FLAGS.lrs] if FLAGS.lrs else None
+    if stage == "sweep":
+        return [
+            (arm, s, lr, seed, True)
+            for arm in arms
+            for s in steps or [SWEEP_STEPS]
+            for lr in lrs or SWEEP_LRS
+            for seed in seeds or [0]
+        ]
+    default_steps, default_seeds = (
+        (BUDGET_STEPS, [0]) if stage == "frontier" else ([DEMO_STEPS], [1, 2])
+    )
+    return [
+        (arm, s, lr, seed, False)
+        for arm in arms
+        for lr in lrs or [best_lr(arm, points)]
+        for s in steps or default_steps
+        for seed in seeds or default_seeds
+    ]
+
+
+def summarize(points):
+    """Per arm at its best learning rate: [(steps, mean accuracy, std, n, PFLOPs,
+    wall minutes, images/s)], and the learning rates."""
+    from keras_vit_benchmarks.trainer_runs import mean_std
+
+    summary = {}
+    for arm in ARMS:
+        if not any(p["arm"] == arm and p["sweep"] for p in points):
+            continue
+        lr = best_lr(arm, points)
+        rows = []
+        runs = [
+            p for p in points if p["arm"] == arm and not p["sweep"] and p["learning_rate"] == lr
+        ]
+        for steps in sorted({p["steps"] for p in runs}):
+            at = [p for p in runs if p["steps"] == steps]
+            mean, std = mean_std([p["test_accuracy"] for p in at])
+            rows.append(
+                dict(
+                    steps=steps,
+                    epochs=at[0]["epochs"],
+                    test_accuracy=mean,
+                    std=std,
+                    seeds=sorted(p["seed"] for p in at),
+                    train_pflops=at[0]["train_pflops"],
+                    gflops_per_image=at[0]["gflops_per_image"],
+                    wall_minutes=sum(p["wall_seconds"] for p in at) / len(at) / 60,
+                    train_images_per_second=sum(p["train_images_per_second"] for p in at) / len(at),
+                )
+            )
+        sweep = {
+            f"{p['learning_rate']:g}": p["validation_accuracy"]
+            for p in points
+            if p["arm"] == arm and p["sweep"]
+        }
+        summary[arm] = dict(label=ARMS[arm][0], learning_rate=lr, sweep=sweep, budgets=rows)
+    return summary
+
+
+def plot(summary, machine):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for key, ax, xlabel, log in (
+        (
+            "train_pflops",
+            axes[0],
+            "training compute (PFLOPs, analytic: 3 forwards per image)",
+            True,
+        ),
+        ("wall_minutes", axes[1], f"training wall time (minutes, {machine})", False),
+    ):
+        for entry in summary.values():
+            rows = entry["budgets"]
+            if not rows:
+                continue
+            ax.errorbar(
+                [r[key] for r in rows],
+                [100 * r["test_accuracy"] for r in rows],
+                yerr=[100 * r["std"] for r in rows],
+                marker="o",
+                capsize=3,
+                label=f"{entry['label']} (lr {entry['learning_rate']:g})",
+            )
+        ax.axhspan(100 * CNN_BASELINE[0], 100 * CNN_BASELINE[1], color="grey", alpha=0.25)
+        ax.axhline(100 * CNN_BASELINE[0], color="grey", linestyle="--", linewidth=1)
+        ax.text(
+            0.02,
+            100 * CNN_BASELINE[1] + 0.1,
+            "2-conv CNN, 91.6-92.5% (Fashion-MNIST's table)",
+            transform=ax.get_yaxis_transform(),
+            fontsize=8,
+            color="dimgrey",
+        )
+        if log:
+            ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("Fashion-MNIST test accuracy (%)")
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle("From scratch on a 2-core CPU: accuracy against training compute", fontsize=11)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(FIGURE), exist_ok=True)
+    fig.savefig(FIGURE, dpi=110)
+    plt.close(fig)
+
+
+def report(points):
+    summary = summarize(points)
+    machines = sorted({p["machine"].get("cpu_kind") or p["machine"]["cpu_model"] for p in points})
+    machine = ", ".join(machines)
+    print(describe(points[-1]["machine"]))
+    for arm, entry in summary.items():
+        print(
+            f"{arm}: {entry['label']}; learning rate {entry['learning_rate']:g} (sweep {entry['sweep']})"
+        )
+        for r in entry["budgets"]:
+            print(
+                f"  {r['steps']:5d} steps ({r['epochs']:.1f} epochs): {100 * r['test_accuracy']:.2f}"
+                f" +- {100 * r['std']:.2f}% (seeds {r['seeds']}), {r['train_pflops']:.3f} PFLOPs,"
+                f" {r['wall_minutes']:.1f} min, {r['train_images_per_second']:.0f} images/s"
+            )
+    with open(SUMMARY, "w") as f:
+        json.dump(dict(machines=machines, cnn_baseline=CNN_BASELINE, arms=summary), f, indent=1)
+    plot(summary, machine)
+    print(
+        f"wrote {os.path.relpath(SUMMARY, trainer_runs.ROOT)} and {os.path.relpath(FIGURE, trainer_runs.ROOT)}"
+    )
+
+
+def main(argv):
+    del argv
+    points = load_points()
+    if FLAGS.plot:
+        if not points:
+            raise app.UsageError(f"no points in {RESULTS}")
+        report(points)
+        return
+    if not FLAGS.work_dir or not FLAGS.stage:
+        raise app.UsageError("--work_dir and --stage are required (or --plot)")
+    os.makedirs(FLAGS.work_dir, exist_ok=True)
+    data_dir = os.path.abspath(FLAGS.data_dir)
+    todo = plan(FLAGS.stage, points)
+    if FLAGS.stage == "sweep":
+        data_dir = holdout_records(FLAGS.work_dir)
+    elif not os.path.exists(os.path.join(data_dir, "manifest.json")):
+        raise app.UsageError(f"--data_dir={FLAGS.data_dir}: no records (run make data)")
+    print(f"{describe(machine_info())}\n{len(todo)} points", flush=True)
+    for arm, steps, lr, seed, sweep in todo:
+        run_point(arm, steps, lr, seed, data_dir, sweep)
+
+
+if __name__ == "__main__":
+    app.run(main)
