@@ -22,7 +22,7 @@ import numpy as np
 
 
 class NotMeaningfulError(ValueError):
-    """A figure that has no meaning for this model (e.g. RGB filters of a hybrid)."""
+    """A figure that has no meaning for this model (e.g. filters of a 4-channel input)."""
 
 
 # -- Attention rollout (Abnar & Zuidema 2020; paper Fig. 6, Appendix D.8) ---------
@@ -277,36 +277,51 @@ def principal_components(samples, num_components):
     return vt[:k], explained
 
 
-def embedding_filter_components(model, num_components=28, grayscale=False):
-    """Top principal components of the patch-embedding filters as images.
-
-    The D filters of the patch embedding kernel (P, P, 3, D) are the samples.
-    With `grayscale=True` each filter is first summed over its colour channels:
-    what a model trained on grey images (R = G = B) actually uses, since the
-    rest of the kernel never receives a gradient. A 1-channel model's kernel
-    (P, P, 1, D) is already grey.
+def pixel_filters(model):
+    """The filters that read the pixels, as image patches: a plain ViT's patch
+    embedding kernel (P, P, C, D); a hybrid's ResNet stem convolution
+    'root/conv_root' (7, 7, C, W), standardised as the convolution applies it (its
+    patch embedding projects ResNet features, not pixels).
 
     Returns:
-        components (k, P, P, 3), or (k, P, P, 1) with `grayscale` or for a
-        1-channel model (orthonormal when flattened), and the explained variance
-        fractions (k,).
+        (kernel as a NumPy array (H, W, C, D), a title naming what it is).
     Raises:
-        NotMeaningfulError: for hybrids, whose patch embedding projects ResNet
-            feature maps (1x1xC), not RGB pixels, and for inputs of other than 1 or
-            3 channels.
+        NotMeaningfulError: for inputs of other than 1 or 3 channels.
     """
     if (model.get_config().get("resnet") or None) is not None:
-        raise NotMeaningfulError(
-            "embedding filters: this hybrid model's patch embedding projects ResNet "
-            "features, not RGB pixels, so its filters cannot be shown as RGB patches."
-        )
-    kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").kernel)
+        conv = model.get_layer("root").conv_root
+        kernel = keras.ops.convert_to_numpy(conv.standardized_kernel())
+        size = "x".join(str(n) for n in kernel.shape[:2])
+        title = f"the hybrid's ResNet stem filters ({size}, standardised)"
+    else:
+        kernel = keras.ops.convert_to_numpy(model.get_layer("embedding").kernel)
+        title = "the patch-embedding filters"
     if kernel.ndim != 4 or kernel.shape[2] not in (1, 3):
         raise NotMeaningfulError(
-            f"embedding filters: the patch embedding kernel has shape {kernel.shape}, "
-            "not (P, P, 3, D) on RGB or (P, P, 1, D) on grey pixels; its filters are "
+            f"embedding filters: the first layer's kernel has shape {kernel.shape}, "
+            "not (H, W, 3, D) on RGB or (H, W, 1, D) on grey pixels; its filters are "
             "not image patches."
         )
+    return kernel, title
+
+
+def embedding_filter_components(model, num_components=28, grayscale=False):
+    """Top principal components of the filters that read the pixels (`pixel_filters`:
+    the patch embedding's, or a hybrid's stem convolution's) as images.
+
+    The D filters of the kernel (H, W, 3, D) are the samples. With `grayscale=True`
+    each filter is first summed over its colour channels: what a model trained on
+    grey images (R = G = B) actually uses, since the rest of the kernel never
+    receives a gradient. A 1-channel model's kernel (H, W, 1, D) is already grey.
+
+    Returns:
+        components (k, H, W, 3), or (k, H, W, 1) with `grayscale` or for a
+        1-channel model (orthonormal when flattened), k = min(num_components, D,
+        H * W * channels), and the explained variance fractions (k,).
+    Raises:
+        NotMeaningfulError: for inputs of other than 1 or 3 channels.
+    """
+    kernel, _ = pixel_filters(model)
     if grayscale:
         kernel = kernel.sum(axis=2, keepdims=True)
     filters = kernel.reshape(-1, kernel.shape[-1]).T  # (D, P*P*channels)

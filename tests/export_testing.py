@@ -92,6 +92,19 @@ OUTPUT_CASES = {
         "feature_map",
         (4, 4, 16),
     ),
+    # The demo's hybrid kind: the ResNet stem (7x7 / 2 StdConv, GroupNorm, max-pool)
+    # alone, 1x1 patches of its 4x4 map, GAP.
+    "hybrid_stem": (
+        dict(
+            resnet={"num_layers": (), "width_factor": 0.5},
+            patch_size=1,
+            classifier="gap",
+            classifier_activation="softmax",
+        ),
+        "classifier",
+        "probabilities",
+        (5,),
+    ),
 }
 
 

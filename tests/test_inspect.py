@@ -253,7 +253,7 @@ def test_embedding_filter_components_of_a_model():
     np.testing.assert_allclose(np.abs(components.reshape(3, 16) @ expected.T), np.eye(3), atol=1e-8)
 
 
-def test_hybrid_maps_and_distances_work_and_its_filters_are_refused():
+def test_hybrid_maps_and_distances_work_and_its_filters_are_the_stems():
     # Stem-only ResNet (stride 4) then 2x2 patches: each token covers 8x8 pixels.
     model = keras_vit.VisionTransformer(
         image_size=32,
@@ -274,5 +274,14 @@ def test_hybrid_maps_and_distances_work_and_its_filters_are_refused():
         rtol=1e-5,
     )
     assert vit_inspect.position_embedding_similarity(model).shape == (4, 4, 4, 4)
-    with pytest.raises(vit_inspect.NotMeaningfulError, match="hybrid"):
-        vit_inspect.embedding_filter_components(model)
+    # The filters that read the pixels: the stem's 64 7x7 kernels, standardised per
+    # output channel (zero mean, unit population std) as the convolution uses them.
+    components, explained = vit_inspect.embedding_filter_components(model, num_components=5)
+    assert components.shape == (5, 7, 7, 3) and explained.shape == (5,)
+    raw = keras.ops.convert_to_numpy(model.get_layer("root").conv_root.kernel).astype(np.float64)
+    centred = raw - raw.mean(axis=(0, 1, 2), keepdims=True)
+    standardised = centred / np.sqrt((centred**2).mean(axis=(0, 1, 2), keepdims=True))
+    expected, _ = vit_inspect.principal_components(standardised.reshape(147, 64).T, 5)
+    overlap = np.abs(components.reshape(5, 147) @ expected.T)
+    np.testing.assert_allclose(overlap, np.eye(5), atol=1e-4)  # float32 kernel, eps 1e-8
+    assert "stem" in vit_inspect.pixel_filters(model)[1]

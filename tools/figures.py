@@ -94,10 +94,13 @@ def position_similarity(similarity, path):
     return _save(fig, path)
 
 
-def embedding_filters(components, path, explained=None, columns=7):
-    """Fig. 7 left: principal components of the patch-embedding filters, each
-    min-max scaled to [0, 1] and shown as an RGB patch ((k, P, P, 3)), or grey
-    ((k, P, P, 1), filters summed over the colour channels)."""
+def embedding_filters(
+    components, path, explained=None, columns=7, title="the patch-embedding filters"
+):
+    """Fig. 7 left: principal components of the filters that read the pixels
+    (`title` names them: keras_vit.inspect.pixel_filters), each min-max scaled to
+    [0, 1] and shown as an RGB patch ((k, P, P, 3)), or grey ((k, P, P, 1), filters
+    summed over the colour channels)."""
     components = np.asarray(components)
     count = len(components)
     rows = -(-count // columns)
@@ -114,5 +117,5 @@ def embedding_filters(components, path, explained=None, columns=7):
             ax.imshow(tile, interpolation="nearest")
         if explained is not None:
             ax.set_title(f"{100 * explained[i]:.1f}%", fontsize=7)
-    fig.suptitle("principal components of the patch-embedding filters", fontsize=9)
+    fig.suptitle(f"principal components of {title}", fontsize=9)
     return _save(fig, path)

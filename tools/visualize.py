@@ -1,6 +1,7 @@
 r"""Writes the paper's §4.5 figures for a model: attention rollout overlays
 (Fig. 6), mean attention distance per head against depth, position-embedding
-similarity and the principal components of the patch-embedding filters (Fig. 7).
+similarity and the principal components of the patch-embedding filters (Fig. 7; a
+hybrid's are its ResNet stem's filters, which read the pixels).
 
   python tools/visualize.py --run_dir=RUN --data_dir=DATA --output_dir=FIGS
   python tools/visualize.py --model=ViT_B16 --weights=imagenet21k+imagenet2012 \
@@ -9,7 +10,8 @@ similarity and the principal components of the patch-embedding filters (Fig. 7).
 Outputs in --output_dir: attention_rollout.png, attention_distance.png,
 position_embedding_similarity.png, embedding_filters.png and inspect.json (the
 distances in pixels and the explained variances). A figure that has no meaning
-for the model (the RGB filters of a hybrid) is skipped with a message saying why.
+for the model (filters of other than 1 or 3 input channels) is skipped with a
+message saying why.
 """
 
 import json
@@ -88,8 +90,9 @@ def write_figures(
         written["embedding_filters"] = f"skipped: {e}"
     else:
         numbers["filter_explained_variance"] = explained.round(4).tolist()
+        numbers["filters"] = vit_inspect.pixel_filters(model)[1]
         written["embedding_filters"] = figures.embedding_filters(
-            components, out("embedding_filters.png"), explained
+            components, out("embedding_filters.png"), explained, title=numbers["filters"]
         )
     with open(out("inspect.json"), "w") as f:
         json.dump({"figures": written, **numbers}, f, indent=1)
