@@ -150,6 +150,9 @@ def base_config(model="ViT_B16"):
             # an image declaring more pixels is a record that does not decode;
             # None: deploy/image_header.DEFAULT_MAX_PIXELS (trainers/input_spec.py)
             max_pixels=placeholder(int),
+            # Speed measurement only: every step gets the stream's first batch again,
+            # so a run times the model's step without the input pipeline.
+            synthetic=False,
         )
     )
     c.masked_patch = ml_collections.ConfigDict(MASKED_PATCH)  # objective="masked_patch"

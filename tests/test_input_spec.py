@@ -173,3 +173,20 @@ def test_the_models_normalisation_is_the_pipelines(data):
     expected = (pixels / 255.0 - mean) / std
     bound = 8 * np.finfo(np.float32).eps * np.maximum(np.abs(expected), 1 / std)
     assert np.all(np.abs(np.asarray(b, np.float64) - expected) <= bound)
+
+
+def test_synthetic_input_repeats_the_streams_first_batch(data):
+    """config.input.synthetic (a speed measurement): every step gets the batch the
+    real stream starts with, unchanged, so the step runs without decoding."""
+    config = fashion_mnist.get_config()
+    config.input.synthetic = True
+    spec = InputSpec.from_config(config, 4, False, objectives.get("classification"))
+    assert spec.synthetic
+    spec = dataclasses.replace(spec, image_size=28)
+    real = ip.train_dataset(data, dataclasses.replace(spec, synthetic=False), batch_size=4)
+    first = next(iter(real))
+    batches = list(ip.train_dataset(data, spec, batch_size=4).take(N_TRAIN // 4 + 2))
+    assert not np.array_equal(next(iter(real.skip(1)))[0], first[0])  # the stream moves on
+    for images, labels in batches:
+        np.testing.assert_array_equal(images, first[0])
+        np.testing.assert_array_equal(labels, first[1])

@@ -506,6 +506,11 @@ def train_dataset(
     # The pipeline's batches are numbered as in an uninterrupted run: step s, replica r
     # is batch s * batches_per_step + r (both shard_by modes).
     ds = mix_stage(batch_stage(ds, spec, batch_size), spec, share.first_batch)
+    if spec.synthetic:
+        # Speed measurement: the same decoded batch every step, held in memory, so
+        # the step runs without the input pipeline's decoding and augmentation.
+        logging.warning("input.synthetic: training on one batch repeated (a speed run)")
+        ds = ds.take(1).cache().repeat()
     options = tf.data.Options()
     options.deterministic = True
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -33,7 +33,9 @@ class InputSpec:
     multi_label: the labels (int32 () or multi-hot float32 (num_classes,)); split: the
     training split; max_examples: only its first N records (0: all); seed: the stream's;
     preprocessing: the model's input normalisation ({"mean", "std"} on the [0, 1] scale,
-    from a timm or transformers checkpoint), None for the official (x - 127.5) / 127.5.
+    from a timm or transformers checkpoint), None for the official (x - 127.5) / 127.5;
+    synthetic: the stream's first batch, repeated (a speed measurement of the step
+    without the input pipeline; `config.input.synthetic`).
     """
 
     image_size: tuple = (224, 224)
@@ -53,6 +55,7 @@ class InputSpec:
     max_examples: int = 0
     seed: int = 0
     preprocessing: dict = None  # the model's input normalisation (None: the official)
+    synthetic: bool = False  # the first batch, repeated (speed measurements)
 
     def __post_init__(self):
         object.__setattr__(self, "image_size", input_pipeline.image_hw(self.image_size))
@@ -86,6 +89,7 @@ class InputSpec:
             max_examples=int(config.train_examples or 0),
             seed=int(config.seed),
             preprocessing=preprocessing,
+            synthetic=bool(inp.get("synthetic", False)),
         )
 
     @property
