@@ -20,6 +20,7 @@ recorded when the benchmark has already imported them).
 import datetime
 import os
 import platform
+import subprocess
 import sys
 
 # /proc/cpuinfo flag names worth recording (matmul, int8 and bf16 speed).
@@ -106,6 +107,27 @@ def machine_info():
         if module is not None:
             info[name] = getattr(module, "__version__", "?")
     return info
+
+
+def source_commit():
+    """The measured code's commit (short hash, '+dirty' with uncommitted changes to
+    tracked files), or None outside a git checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return None
+    if head.returncode:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def describe(info=None):

@@ -26,6 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from keras_vit_trainers import console
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
+DEMO_CONFIG = "configs/fashion_mnist.py"
 
 
 def _opt(args, name, default):
@@ -38,6 +39,10 @@ def _opt(args, name, default):
 
 def main(argv):
     args = list(argv)
+    if "-h" in args or "--help" in args or "-help" in args:
+        print(__doc__.strip())
+        return None
+    config = _opt(args, "config", os.path.join(ROOT, DEMO_CONFIG))
     data_dir = _opt(args, "data_dir", os.path.join(ROOT, "data", "fashion_mnist"))
     model_dir = _opt(args, "model_dir", os.path.join(ROOT, "runs", "fashion_mnist"))
     # Each step is a program of ours that prints only its own lines (trainers/console.py).
@@ -64,7 +69,7 @@ def main(argv):
     cmd = [
         sys.executable,
         os.path.join(ROOT, "trainers", "pretrain.py"),
-        "--config=" + os.path.join(ROOT, "configs", "fashion_mnist.py"),
+        f"--config={config}",
         f"--data_dir={data_dir}",
         f"--model_dir={model_dir}",
         "--strategy=default",
