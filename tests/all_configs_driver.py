@@ -55,11 +55,14 @@ def specs():
 
 def tiny_overrides(config):
     """TINY, and the config's model at TINY_MODEL's sizes (a builder name becomes a dict
-    with that `variant`)."""
+    with that `variant`); a hybrid keeps its ResNet, with 1x1 patches of its 2x2 map."""
     model = config.model
     model = model.to_dict() if hasattr(model, "to_dict") else model
     model = {"variant": model} if isinstance(model, str) else dict(model)
-    return {**TINY, "model": {**model, **TINY_MODEL}}
+    tiny = {**model, **TINY_MODEL}
+    if model.get("resnet"):
+        tiny["patch_size"] = 1
+    return {**TINY, "model": tiny}
 
 
 def resolve(spec):
