@@ -50,7 +50,7 @@ FMNIST = "/usr/share/datasets/fashion-mnist"
 # point's own speed and FLOPs, and the figure plots what each point measured).
 ARMS = {
     "vit_p7": (
-        "ViT, patch 7 (4x4 tokens), 6 blocks: the demo",
+        "ViT, patch 7 (4x4 tokens), 6 blocks: configs/fashion_mnist.py",
         "configs/fashion_mnist.py",
         (),
         (470, 1400, 4500),
@@ -62,7 +62,7 @@ ARMS = {
         (235, 700, 2250),
     ),
     "hybrid": (
-        "hybrid: ResNet stem (7x7 tokens), 4 blocks",
+        "hybrid: ResNet stem (7x7 tokens), 4 blocks: the demo",
         "configs/fashion_mnist_hybrid.py",
         (),
         (235, 700, 2250),
@@ -252,6 +252,7 @@ def summarize(points):
                     std=std,
                     seeds=sorted(p["seed"] for p in at),
                     train_pflops=at[0]["train_pflops"],
+                    train_tflops=1000 * at[0]["train_pflops"],
                     gflops_per_image=at[0]["gflops_per_image"],
                     # Speed from the frontier's own point (seed 0, run alone); the
                     # other seeds' runs may have shared the machine.
@@ -270,6 +271,7 @@ def summarize(points):
 
 def plot(summary, machine):
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -277,9 +279,9 @@ def plot(summary, machine):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for key, ax, xlabel, log in (
         (
-            "train_pflops",
+            "train_tflops",
             axes[0],
-            "training compute (PFLOPs, analytic: 3 forwards per image)",
+            "training compute (TFLOPs, analytic: 3 forwards per image)",
             True,
         ),
         ("train_minutes", axes[1], f"training time (minutes, {machine})", False),
@@ -308,6 +310,9 @@ def plot(summary, machine):
         )
         if log:
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([5, 10, 20, 50]))
+            ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("Fashion-MNIST test accuracy (%)")
