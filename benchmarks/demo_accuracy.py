@@ -19,8 +19,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-import demo
 from keras_vit_benchmarks.machine import describe, machine_info, source_commit
+from keras_vit_tools import demo
 
 
 def main(argv):
