@@ -22,7 +22,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data_dir", default=os.path.join(ROOT, "data", "fashion_mnist"))
     p.add_argument("--config", default=os.path.join(ROOT, "configs", "fashion_mnist.py"))
-    p.add_argument("--run", default=os.path.join(ROOT, "runs", "fashion_mnist"))
+    p.add_argument("--run", default=os.path.join(ROOT, "runs", "fashion_mnist_hybrid"))
     p.add_argument("--batches", type=int, default=200)
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -3,7 +3,7 @@ from the Fashion-MNIST demo model against the same fine-tuning from scratch, sam
 architecture, recipe and budget, several seeds.
 
   make demo   # or any trainers/pretrain.py RUN of configs/fashion_mnist.py
-  python benchmarks/transfer_digits.py --pretrained=runs/fashion_mnist --work_dir=WORK \
+  python benchmarks/transfer_digits.py --pretrained=runs/fashion_mnist_hybrid --work_dir=WORK \
       [--seeds=0,1,2] [--output_json=benchmarks/results/transfer_digits.json]
 
 Steps (each skipped when its output exists, so a rerun resumes):
@@ -29,7 +29,7 @@ from absl import app, flags
 from keras_vit_benchmarks import trainer_runs
 from keras_vit_benchmarks.machine import describe, machine_info
 
-flags.DEFINE_string("pretrained", "runs/fashion_mnist", "A pretrain RUN (make demo's).")
+flags.DEFINE_string("pretrained", "runs/fashion_mnist_hybrid", "A pretrain RUN (make demo's).")
 flags.DEFINE_string("work_dir", None, "Where the images, records and runs go.")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Fine-tuning seeds (and scratch init seeds).")
 flags.DEFINE_float("holdout", 0.1, "Validation fraction of the training digits.")

@@ -3,7 +3,8 @@ ViT (configs/fashion_mnist_hybrid.py; the plain ViT: --config=configs/fashion_mn
 
 1. TFRecords in data/fashion_mnist (from the Debian IDX files, else TFDS), if missing.
 2. trainers/pretrain.py --config=DEMO_CONFIG --strategy=default into
-   runs/fashion_mnist (rerunning resumes / re-exports). The default strategy is the
+   runs/<the config's name>, runs/fashion_mnist_hybrid by default (rerunning resumes /
+   re-exports). The default strategy is the
    fastest on a 2-core CPU: one replica using both cores trained the demo model at 850
    images/s against 720 for two mirrored logical-CPU replicas (Intel Xeon, AVX-512/AMX,
    2026-12-01; on the AMD EPYC 618-787 against 295-326). The mirrored and multi-worker
@@ -13,7 +14,7 @@ ViT (configs/fashion_mnist_hybrid.py; the plain ViT: --config=configs/fashion_mn
    its report JSON).
 4. Prints the test accuracy, the learning curve's path and where everything is.
 
-  python tools/demo.py [--model_dir=runs/fashion_mnist] [--data_dir=data/fashion_mnist]
+  python tools/demo.py [--model_dir=runs/fashion_mnist_hybrid] [--data_dir=data/fashion_mnist]
                        [--config=configs/fashion_mnist.py]
                        [extra trainer flags, e.g. --config.total_steps=500]
 """
@@ -48,7 +49,9 @@ def main(argv):
         return None
     config = _opt(args, "config", os.path.join(ROOT, DEMO_CONFIG))
     data_dir = _opt(args, "data_dir", os.path.join(ROOT, "data", "fashion_mnist"))
-    model_dir = _opt(args, "model_dir", os.path.join(ROOT, "runs", "fashion_mnist"))
+    # One run directory per config, so that a run of another model is never resumed.
+    run_name = os.path.splitext(os.path.basename(config))[0]
+    model_dir = _opt(args, "model_dir", os.path.join(ROOT, "runs", run_name))
     # Each step is a program of ours that prints only its own lines (trainers/console.py).
     env = console.quiet_environment(dict(os.environ))
     t0 = time.time()
