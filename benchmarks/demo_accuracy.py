@@ -33,6 +33,7 @@ def main(argv):
     load_before = os.getloadavg()
     machine = machine_info()
     config = demo._opt(list(args), "config", demo.DEMO_CONFIG)
+    commit = source_commit()  # the code that runs (taken before, not after, the run)
     t0 = time.time()
     metrics = demo.main([f"--model_dir={model_dir}", *args])
     wall = time.time() - t0
@@ -50,7 +51,7 @@ def main(argv):
         "passed": metrics["test_accuracy"] >= target and wall <= budget,
         "config": config,
         "extra_flags": args,
-        "commit": source_commit(),
+        "commit": commit,
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine,
     }
