@@ -13,13 +13,12 @@ metrics.json also names the machine (benchmarks/machine.py: CPU kinds differ up 
 
 import argparse
 import json
-import os
 import time
 
 import keras
 import numpy as np
 from keras_vit_benchmarks.machine import describe, machine_info
-from keras_vit_deploy.datasets import FASHION_MNIST_DIR, read_idx
+from keras_vit_data.fashion_mnist import FASHION_MNIST_DIR, read_split
 
 import keras_vit
 from keras_vit.preprocessing import PIXEL_SCALE
@@ -37,9 +36,8 @@ MODEL = dict(
 )
 
 
-def load(directory, prefix):
-    images = read_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"))
-    labels = read_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"))
+def load(directory, split):
+    images, labels = read_split(directory, split)
     images = np.repeat(images[..., None], 3, axis=-1).astype("float32") / PIXEL_SCALE - 1.0
     return images, labels.astype("int64")
 
@@ -57,7 +55,7 @@ def main():
     keras.utils.set_random_seed(args.seed)
     machine = machine_info()
     x_train, y_train = load(args.fashion_mnist_dir, "train")
-    x_test, y_test = load(args.fashion_mnist_dir, "t10k")
+    x_test, y_test = load(args.fashion_mnist_dir, "test")
     model = keras_vit.VisionTransformer(**MODEL, name="vit_fashion_mnist")
     steps = args.epochs * (len(x_train) // args.batch_size)
     schedule = keras.optimizers.schedules.CosineDecay(

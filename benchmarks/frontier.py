@@ -29,17 +29,16 @@ the arm's config. Measurements, not pass/fail; the machine is named in every JSO
 import glob
 import json
 import os
-import subprocess
 import time
 
 from absl import app, flags
+from keras_vit_cli import commands
 from keras_vit_benchmarks import trainer_runs
 from keras_vit_benchmarks.machine import describe, machine_info, source_commit
 
-RESULTS = os.path.join(trainer_runs.ROOT, "benchmarks", "results", "frontier")
-FIGURE = os.path.join(trainer_runs.ROOT, "docs", "images", "frontier.png")
-SUMMARY = os.path.join(trainer_runs.ROOT, "benchmarks", "results", "frontier.json")
-FMNIST = "/usr/share/datasets/fashion-mnist"
+RESULTS = os.path.join(commands.ROOT, "benchmarks", "results", "frontier")
+FIGURE = os.path.join(commands.ROOT, "docs", "images", "frontier.png")
+SUMMARY = os.path.join(commands.ROOT, "benchmarks", "results", "frontier.json")
 
 # name: (label, config, --config overrides, step budgets). vit_p4 has the hybrid's
 # Transformer on the same 7x7 grid, so the two differ in the tokeniser only. The
@@ -108,22 +107,10 @@ def best_lr(arm, points):
 def holdout_records(work_dir):
     """WORK/data_holdout: Fashion-MNIST's training images with a stratified 10% held
     out as `validation` (the sweep never scores on the test split)."""
+    from keras_vit_data import fashion_mnist, writer
+
     data_dir = os.path.join(work_dir, "data_holdout")
-    if not os.path.exists(os.path.join(data_dir, "manifest.json")):
-        source = (
-            "fashion_mnist"
-            if os.path.exists(f"{FMNIST}/train-images-idx3-ubyte.gz")
-            else "tfds:fashion_mnist"
-        )
-        command = [
-            trainer_runs.PY,
-            os.path.join(trainer_runs.ROOT, "tools", "make_tfrecords.py"),
-            f"--source={source}",
-            f"--output_dir={data_dir}",
-            "--holdout=0.1",
-        ]
-        print(f"[{time.strftime('%H:%M:%S')}] data: {' '.join(command)}", flush=True)
-        subprocess.run(command, cwd=trainer_runs.ROOT, check=True)
+    writer.ensure_records(fashion_mnist.source_name(), data_dir, holdout=0.1)
     return data_dir
 
 
@@ -137,7 +124,7 @@ def run_point(arm, steps, lr, seed, data_dir, sweep=False):
         return
     label, config, overrides, _ = ARMS[arm]
     load_before = os.getloadavg()
-    command = trainer_runs.trainer_command(
+    command = commands.trainer_command(
         "pretrain",
         config,
         data_dir,
@@ -343,7 +330,7 @@ def report(points):
         json.dump(dict(machines=machines, cnn_baseline=CNN_BASELINE, arms=summary), f, indent=1)
     plot(summary, machine)
     print(
-        f"wrote {os.path.relpath(SUMMARY, trainer_runs.ROOT)} and {os.path.relpath(FIGURE, trainer_runs.ROOT)}"
+        f"wrote {os.path.relpath(SUMMARY, commands.ROOT)} and {os.path.relpath(FIGURE, commands.ROOT)}"
     )
 
 

@@ -25,6 +25,7 @@ import os
 import time
 
 from absl import app, flags
+from keras_vit_cli import commands
 from keras_vit_benchmarks import trainer_runs
 from keras_vit_benchmarks.machine import describe, machine_info
 
@@ -53,7 +54,7 @@ def _run(name, cmd):
 
 def _trainer(trainer, config, name, *extra):
     model_dir = os.path.join(FLAGS.work_dir, name)
-    return trainer_runs.trainer_command(
+    return commands.trainer_command(
         trainer, config, FLAGS.data_dir, model_dir, *extra, *FLAGS.extra
     )
 

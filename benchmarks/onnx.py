@@ -31,7 +31,7 @@ ROOT = os.path.dirname(HERE)
 # `python benchmarks/onnx.py` puts benchmarks/ first on sys.path, where this file
 # would shadow the onnx package itself.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: no library noise in the table
@@ -46,6 +46,7 @@ import numpy as np
 from absl import flags
 from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_configs import fashion_mnist
+from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_deploy import (
     datasets,
     keras_runtime,
@@ -71,9 +72,9 @@ flags.DEFINE_integer("num_eval_images", 1000, "Fashion-MNIST test images (28 px 
 flags.DEFINE_integer("num_ti_images", 100, "Images (resized to 224) for ViT-Ti/16.")
 flags.DEFINE_integer("latency_repeats", 50, "Timed runs per runtime and thread count.")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds (each of --latency_repeats runs).")
-flags.DEFINE_string("fashion_mnist_dir", datasets.FASHION_MNIST_DIR, "IDX files.")
+flags.DEFINE_string("fashion_mnist_dir", fashion_mnist_data.FASHION_MNIST_DIR, "IDX files.")
 
-FASHION_MNIST_CLASSES = len(datasets.FASHION_MNIST_CLASSES)
+FASHION_MNIST_CLASSES = len(fashion_mnist_data.CLASS_NAMES)
 WARMUP = 10
 
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from keras_vit_trainers import console  # noqa: I001  (before TensorFlow: quiet logs)
+from keras_vit_cli import console  # noqa: I001  (before TensorFlow: quiet logs)
 
 console.setup()
 

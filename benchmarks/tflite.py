@@ -18,14 +18,13 @@ kinds differ up to 4x). A measurement, not a test: nothing here fails a build.
 
 import json
 import os
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["KERAS_BACKEND"] = "tensorflow"
 
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: our lines only
@@ -35,6 +34,8 @@ import numpy as np
 from absl import flags
 from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_configs import fashion_mnist
+from keras_vit_data import fashion_mnist as fashion_mnist_data
+from keras_vit_data import writer
 from keras_vit_deploy import datasets, report, serving, sources, tflite, tflite_runtime, timing
 
 import keras_vit
@@ -48,9 +49,9 @@ flags.DEFINE_integer("train_steps", 300, "model.fit steps (batch 128) without --
 flags.DEFINE_integer("num_eval_images", 1000, "Fashion-MNIST test images compared.")
 flags.DEFINE_integer("num_calibration_images", 500, "Training images calibrating int8.")
 flags.DEFINE_integer("latency_repeats", 500, "Timed invokes per variant and thread count.")
-flags.DEFINE_string("fashion_mnist_dir", datasets.FASHION_MNIST_DIR, "IDX files.")
+flags.DEFINE_string("fashion_mnist_dir", fashion_mnist_data.FASHION_MNIST_DIR, "IDX files.")
 
-FASHION_MNIST_CLASSES = len(datasets.FASHION_MNIST_CLASSES)
+FASHION_MNIST_CLASSES = len(fashion_mnist_data.CLASS_NAMES)
 BATCH_SIZE = 128
 # The issue's targets: (min top-1 agreement, size as a fraction of float32).
 TARGETS = {"float16": (0.995, 0.5), "dynamic_int8": (0.99, 0.25), "int8": (0.98, None)}
@@ -64,8 +65,7 @@ def train_model(run_dir):
         num_classes=config.num_classes or FASHION_MNIST_CLASSES,
         **config.model,
     )
-    images = datasets.read_idx(os.path.join(FLAGS.fashion_mnist_dir, "train-images-idx3-ubyte.gz"))
-    labels = datasets.read_idx(os.path.join(FLAGS.fashion_mnist_dir, "train-labels-idx1-ubyte.gz"))
+    images, labels = fashion_mnist_data.read_split(FLAGS.fashion_mnist_dir, "train")
     count = min(len(images), FLAGS.train_steps * BATCH_SIZE)
     images, labels = images[:count], labels[:count]
     pixels = np.repeat(images[..., None], 3, axis=-1).astype(np.float32) / PIXEL_SCALE - 1.0
@@ -95,17 +95,13 @@ def main(argv):
         training.update(train_model(run_dir))
     model = sources.load_run_dir(run_dir)
     data_dir = os.path.join(FLAGS.work_dir, "tfrecords")
-    subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "tools", "make_tfrecords.py"),
-            f"--output_dir={data_dir}",
-            "--splits=train",
-            "--progress=false",
-            f"--fashion_mnist_dir={FLAGS.fashion_mnist_dir}",
-            f"--max_examples={FLAGS.num_calibration_images}",
-        ],
-        check=True,
+    writer.make_tfrecords(
+        "fashion_mnist",
+        data_dir,
+        splits=["train"],
+        max_examples=FLAGS.num_calibration_images,
+        progress=False,
+        fashion_mnist_dir=FLAGS.fashion_mnist_dir,
     )
     size = tuple(model.image_size)
     calibration, _ = datasets.tfrecord_images(

@@ -32,7 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: our lines only

@@ -22,6 +22,7 @@ import json
 import os
 
 from absl import app, flags
+from keras_vit_cli import commands
 from keras_vit_benchmarks import trainer_runs
 from keras_vit_benchmarks.machine import describe, machine_info, source_commit
 
@@ -60,7 +61,7 @@ def main(argv):
         "runs": {},
     }
     for variant in FLAGS.variants:
-        command = trainer_runs.trainer_command(
+        command = commands.trainer_command(
             "pretrain",
             FLAGS.config,
             os.path.abspath(FLAGS.data_dir),

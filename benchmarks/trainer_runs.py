@@ -10,23 +10,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = sys.executable
 
-
-def trainer_command(trainer, config, data_dir, model_dir, *extra):
-    """The command line of trainers/<trainer>.py (pretrain | finetune)."""
-    return [
-        PY,
-        os.path.join(ROOT, "trainers", f"{trainer}.py"),
-        f"--config={config}",
-        f"--data_dir={data_dir}",
-        f"--model_dir={model_dir}",
-        *extra,
-    ]
+from keras_vit_cli.commands import ROOT
 
 
 def run_once(work_dir, name, command):

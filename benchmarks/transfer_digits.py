@@ -22,10 +22,10 @@ pass/fail.
 
 import json
 import os
-import subprocess
 import time
 
 from absl import app, flags
+from keras_vit_cli import commands
 from keras_vit_benchmarks import trainer_runs
 from keras_vit_benchmarks.machine import describe, machine_info
 
@@ -63,17 +63,9 @@ def write_digits(root):
 
 
 def make_records(images, data_dir):
-    if os.path.exists(os.path.join(data_dir, "manifest.json")):
-        return
-    command = [
-        trainer_runs.PY,
-        os.path.join(trainer_runs.ROOT, "tools", "make_tfrecords.py"),
-        f"--source=folder:{images}",
-        f"--output_dir={data_dir}",
-        f"--holdout={FLAGS.holdout}",
-    ]
-    print(f"[{time.strftime('%H:%M:%S')}] data: {' '.join(command)}", flush=True)
-    subprocess.run(command, cwd=trainer_runs.ROOT, check=True)
+    from keras_vit_data import writer
+
+    writer.ensure_records(f"folder:{images}", data_dir, holdout=FLAGS.holdout)
 
 
 def main(argv):
@@ -109,7 +101,7 @@ def main(argv):
         )
         for arm, init in (("pretrained", pretrained), ("scratch", random_init)):
             name = f"{arm}_{seed}"
-            command = trainer_runs.trainer_command(
+            command = commands.trainer_command(
                 "finetune",
                 CONFIG,
                 data_dir,

@@ -1,33 +1,17 @@
 """Real images for calibration and comparison, as uint8 pixels at the model's
 size: the Fashion-MNIST test set (Debian's IDX files) or TFRecords of
-tf.train.Example in the trainer's format (tools/make_tfrecords.py).
+tf.train.Example in the trainer's format (data/records.py).
 
 Images are brought to the model as the serving signature does: grayscale
 repeated to RGB, bilinear `tf.image.resize` (identity at the same size), then
 rounded back to uint8 so that every runtime sees the same pixels.
 """
 
-import gzip
-import os
-
 import numpy as np
 import tensorflow as tf
-from keras_vit_deploy import records
-from keras_vit_deploy.records import DataError  # its owner is deploy/records.py
-
-FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
-FASHION_MNIST_CLASSES = [
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-]
+from keras_vit_data import fashion_mnist, records
+from keras_vit_data.fashion_mnist import FASHION_MNIST_DIR
+from keras_vit_data.records import DataError  # its owner is data/records.py
 
 
 def to_model_pixels(image, image_size, where):
@@ -47,31 +31,13 @@ def to_model_pixels(image, image_size, where):
     return image.astype(np.uint8)
 
 
-def read_idx(path):
-    """An IDX file (big-endian header: zero, zero, dtype code, ndim; then the
-    dimensions as uint32; then uint8 data) as a numpy array."""
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    if data[:3] != b"\x00\x00\x08":
-        raise DataError(f"{path}: not a uint8 IDX file.")
-    ndim = data[3]
-    dims = np.frombuffer(data, ">u4", count=ndim, offset=4)
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
 def fashion_mnist_test(image_size, limit=1000, directory=FASHION_MNIST_DIR):
     """The first `limit` Fashion-MNIST test images -> (uint8 (N, H, W, 3), labels (N,))."""
-    paths = [
-        os.path.join(directory, f"t10k-{kind}-ubyte.gz") for kind in ("images-idx3", "labels-idx1")
-    ]
-    missing = [path for path in paths if not os.path.isfile(path)]
-    if missing:
-        raise DataError(
-            f"Fashion-MNIST test files missing: {', '.join(missing)} (install the "
-            "Debian package dataset-fashion-mnist: `make data`), or pass "
-            "--eval_data=TFRECORD_GLOB."
-        )
-    images, labels = (read_idx(path)[:limit] for path in paths)
+    images, labels = fashion_mnist.read_split(
+        directory, "test", "pass --eval_data=TFRECORD_GLOB"
+    )
+    images, labels = images[:limit], labels[:limit]
+    paths = fashion_mnist.split_paths(directory, "test")
     pixels = np.stack(
         [to_model_pixels(image, image_size, f"{paths[0]}[{i}]") for i, image in enumerate(images)]
     )

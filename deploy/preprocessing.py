@@ -16,7 +16,7 @@ the signature, the problem and the batch index.
 
 import numpy as np
 import tensorflow as tf
-from keras_vit_deploy import image_header, records
+from keras_vit_data import image_header, records
 
 from keras_vit.preprocessing import preprocess_input
 

@@ -11,7 +11,7 @@ the reference's largest |value| (the scale the delta is to be read against)."""
 import numpy as np
 import tensorflow as tf
 from keras_vit_deploy import keras_runtime, serving
-from keras_vit_deploy.records import DataError
+from keras_vit_data.records import DataError
 
 # The per-value name of each output in the report's keys (max_abs_delta_<unit>).
 UNITS = {

@@ -45,7 +45,8 @@ import os
 
 import keras
 import tensorflow as tf
-from keras_vit_deploy import image_header, preprocessing, require_tensorflow_backend
+from keras_vit_data import image_header
+from keras_vit_deploy import preprocessing, require_tensorflow_backend
 
 SERVING_DEFAULT = "serving_default"
 # The classifier's signatures (their names for the other kinds: `signature_names`).

@@ -15,6 +15,7 @@ import tempfile
 import keras
 import numpy as np
 import tensorflow as tf
+from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_deploy import datasets, serving
 from tiny_models import tiny_vit
 
@@ -23,7 +24,7 @@ from keras_vit import run_directory
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE_SIZE = 28
 NUM_CLASSES = 10
-CLASS_NAMES = datasets.FASHION_MNIST_CLASSES
+CLASS_NAMES = fashion_mnist_data.CLASS_NAMES
 
 
 @functools.lru_cache(maxsize=None)
@@ -31,8 +32,8 @@ def _trained_weights(seed, steps, batch_size):
     keras.utils.set_random_seed(seed)
     model = _architecture()
     images, labels = (
-        datasets.read_idx(os.path.join(datasets.FASHION_MNIST_DIR, name))[: steps * batch_size]
-        for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")
+        array[: steps * batch_size]
+        for array in fashion_mnist_data.read_split(fashion_mnist_data.FASHION_MNIST_DIR, "train")
     )
     pixels = np.repeat(images[..., None], 3, axis=-1).astype(np.float32) / 127.5 - 1.0
     model.compile(

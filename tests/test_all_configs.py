@@ -11,7 +11,7 @@ import sys
 import all_configs_driver
 import keras
 import pytest
-from keras_vit_trainers import testing
+import trainer_testing as testing
 
 from keras_vit import compilation
 

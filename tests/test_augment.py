@@ -8,7 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_trainers import augment, testing
+from keras_vit_trainers import augment
+import trainer_testing as testing
 from keras_vit_trainers import input_pipeline as ip
 from keras_vit_trainers.input_spec import InputSpec
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 from keras_vit_configs import augreg, common
-from keras_vit_trainers import testing
+import trainer_testing as testing
 
 import keras_vit
 

@@ -9,9 +9,10 @@ import sys
 
 import keras
 import pytest
-from keras_vit_trainers import console, testing
+from keras_vit_cli import console
 
 # Lines that TensorFlow, absl, XLA, oneDNN and TFLite print about themselves (seen in
+import trainer_testing as testing
 # `make demo` before trainers/console.py existed), as the user would grep for them.
 NOISE = [
     r"cross_device_ops\.py",  # "Reduce to /device:CPU:0 then broadcast"
@@ -169,7 +170,7 @@ def test_training_and_export_print_only_our_lines(tmp_path):
         [
             sys.executable,
             "-c",
-            "from keras_vit_trainers import console; console.setup(); "
+            "from keras_vit_cli import console; console.setup(); "
             "import tensorflow as tf; tf.constant(1.0) + 1",
         ],
         KERAS_VIT_VERBOSITY="library",

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 from absl import flags
-from keras_vit_trainers import testing
+import trainer_testing as testing
 from numpy_vit import random_params, vit_forward
 
 import keras_vit

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_deploy import records
+from keras_vit_data import records
 from keras_vit_trainers import input_pipeline as ip
-from keras_vit_trainers import testing
+import trainer_testing as testing
 from keras_vit_trainers.input_spec import InputSpec
 
 SPEC = InputSpec(image_size=28, seed=3, num_classes=4, augment="inception_crop", shuffle_buffer=100)

@@ -6,7 +6,8 @@ import keras
 import numpy as np
 import pytest
 from keras_vit_configs import fashion_mnist
-from keras_vit_trainers import input_pipeline, objectives, testing, train_config, train_lib
+from keras_vit_trainers import input_pipeline, objectives, train_config, train_lib
+import trainer_testing as testing
 from keras_vit_trainers.input_spec import InputSpec
 
 pytestmark = pytest.mark.skipif(

@@ -3,13 +3,13 @@ file, run by the interpreter on real Fashion-MNIST images, follows the Keras
 model; only builtin ops; the report and bad calibration data."""
 
 import json
-import os
 
 import export_testing as et
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_deploy import (
     datasets,
     keras_runtime,
@@ -63,9 +63,8 @@ def images():
 @pytest.fixture(scope="module")
 def calibration_records(tmp_path_factory):
     """The first 100 Fashion-MNIST training images (not the compared ones)."""
-    directory = datasets.FASHION_MNIST_DIR
-    train = datasets.read_idx(os.path.join(directory, "train-images-idx3-ubyte.gz"))[:100]
-    labels = datasets.read_idx(os.path.join(directory, "train-labels-idx1-ubyte.gz"))[:100]
+    train, labels = fashion_mnist_data.read_split(fashion_mnist_data.FASHION_MNIST_DIR, "train")
+    train, labels = train[:100], labels[:100]
     path = tmp_path_factory.mktemp("records") / "train-00000-of-00001.tfrecord"
     return et.write_tfrecord(str(path), train[..., None], labels)
 

@@ -7,7 +7,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from keras_vit_trainers import testing
+import trainer_testing as testing
 
 import keras_vit
 from keras_vit import fewshot
@@ -133,12 +133,12 @@ def test_only_the_kshot_images_go_through_the_model(data_dir, model, monkeypatch
 def test_an_unreadable_kshot_image_falls_back_to_the_whole_split(tmp_path, model, monkeypatch):
     """A train record whose image does not decode: eval_dataset gives it weight 0, it
     has no features (later indices shift), so the evaluator extracts the whole split."""
-    from keras_vit_tools import make_tfrecords
+    from keras_vit_data import image_checks, writer
 
     # Records from another writer: make_tfrecords itself skips images that do not decode.
-    monkeypatch.setattr(make_tfrecords, "image_problem", lambda encoded, max_pixels: None)
+    monkeypatch.setattr(image_checks, "image_problem", lambda encoded, max_pixels: None)
     images, labels = testing.synthetic_split(40, seed=0, num_classes=3)
-    encoded = [make_tfrecords.encode_png(i) for i in images]
+    encoded = [image_checks.encode_png(i) for i in images]
     # One example of class 3 and it is not an image: every k-shot set holds it.
     encoded.insert(17, b"not an image")
     labels = np.insert(labels, 17, 3)
@@ -148,7 +148,7 @@ def test_an_unreadable_kshot_image_falls_back_to_the_whole_split(tmp_path, model
         "test": (len(test_labels), zip(test_images, test_labels)),
     }
     data = str(tmp_path / "data")
-    make_tfrecords.make_tfrecords(
+    writer.make_tfrecords(
         (splits, [f"c{i}" for i in range(4)], False), data, examples_per_shard=16, progress=False
     )
     ev = evaluator(data)

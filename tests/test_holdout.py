@@ -8,8 +8,8 @@ import logging
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_deploy import records
-from keras_vit_tools import holdout, make_tfrecords
+from keras_vit_data import records
+from keras_vit_data import holdout, sources, writer
 
 PNG = tf.io.encode_png(np.zeros((4, 4, 1), np.uint8)).numpy()
 
@@ -58,7 +58,7 @@ def test_flat_folder_with_holdout_writes_a_recorded_validation_split(tmp_path, c
     _tree(tmp_path / "images", {"cat": 30, "dog": 10, "emu": 2})
     out = tmp_path / "out"
     with caplog.at_level(logging.WARNING, logger="tools"):
-        manifest = make_tfrecords.make_tfrecords(
+        manifest = writer.make_tfrecords(
             f"folder:{tmp_path / 'images'}", str(out), progress=False, holdout=0.2, seed=3
         )
     assert manifest["splits"]["train"]["count"] == 33
@@ -79,7 +79,7 @@ def test_flat_folder_with_holdout_writes_a_recorded_validation_split(tmp_path, c
     assert sum("fewer than 5 validation images: dog (2), emu (1)" in m for m in messages) == 1
     # The same command writes the same records.
     again = tmp_path / "again"
-    make_tfrecords.make_tfrecords(
+    writer.make_tfrecords(
         f"folder:{tmp_path / 'images'}", str(again), progress=False, holdout=0.2, seed=3
     )
     for split in ("train", "validation"):
@@ -89,7 +89,7 @@ def test_flat_folder_with_holdout_writes_a_recorded_validation_split(tmp_path, c
 def test_folder_order_is_shuffled_not_sorted_by_class(tmp_path):
     _tree(tmp_path / "images", {"a": 20, "b": 20})
     out = tmp_path / "out"
-    manifest = make_tfrecords.make_tfrecords(
+    manifest = writer.make_tfrecords(
         f"folder:{tmp_path / 'images'}", str(out), progress=False
     )
     labels = _labels(out, "train")
@@ -102,7 +102,7 @@ def test_folder_order_is_shuffled_not_sorted_by_class(tmp_path):
 def test_a_held_out_folder_is_the_validation_split(tmp_path, name):
     _tree(tmp_path / "images", {"a": 3, "b": 3}, "train")
     _tree(tmp_path / "images", {"a": 1, "b": 2}, name)
-    manifest = make_tfrecords.make_tfrecords(
+    manifest = writer.make_tfrecords(
         f"folder:{tmp_path / 'images'}", str(tmp_path / "out"), progress=False
     )
     assert {k: v["count"] for k, v in manifest["splits"].items()} == {
@@ -110,16 +110,16 @@ def test_a_held_out_folder_is_the_validation_split(tmp_path, name):
         "validation": 3,
     }
     with pytest.raises(ValueError, match=f"{name}.* is already a validation split"):
-        make_tfrecords.folder_source(str(tmp_path / "images"), holdout=0.1)
+        sources.folder_source(str(tmp_path / "images"), holdout=0.1)
 
 
 def test_two_validation_folders_and_holdout_elsewhere_are_errors(tmp_path):
     _tree(tmp_path / "images", {"a": 1, "b": 1}, "val")
     _tree(tmp_path / "images", {"a": 1, "b": 1}, "eval")
     with pytest.raises(ValueError, match=r"both eval/ and val/ would be the 'validation' split"):
-        make_tfrecords.folder_source(str(tmp_path / "images"))
+        sources.folder_source(str(tmp_path / "images"))
     with pytest.raises(ValueError, match="--holdout applies to --source=folder:PATH"):
-        make_tfrecords.get_source("tfds:mnist", holdout=0.1)
+        sources.get_source("tfds:mnist", holdout=0.1)
 
 
 def _idx(path, array):
@@ -142,7 +142,7 @@ def test_fashion_mnist_holdout_is_a_stratified_validation_split(tmp_path):
     _idx(tmp_path / "train-labels-idx1-ubyte.gz", labels)
     _idx(tmp_path / "t10k-images-idx3-ubyte.gz", images[:10])
     _idx(tmp_path / "t10k-labels-idx1-ubyte.gz", labels[:10])
-    splits, names, _, extra = make_tfrecords.get_source(
+    splits, names, _, extra = sources.get_source(
         "fashion_mnist", fashion_mnist_dir=str(tmp_path), holdout=0.25, seed=3
     )
     assert {k: v[0] for k, v in splits.items()} == {"train": 30, "validation": 10, "test": 10}

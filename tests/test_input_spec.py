@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from keras_vit_configs import fashion_mnist
-from keras_vit_deploy import image_header, records
-from keras_vit_trainers import augment, objectives, testing
+from keras_vit_data import image_header, records
+from keras_vit_trainers import augment, objectives
+import trainer_testing as testing
 from keras_vit_trainers import input_pipeline as ip
 from keras_vit_trainers.input_spec import InputSpec
 

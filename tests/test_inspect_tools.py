@@ -53,7 +53,7 @@ def run_tool(*args):
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """train: 12 images per class; test: 6 per class (tools/make_tfrecords.py)."""
-    from keras_vit_tools import make_tfrecords
+    from keras_vit_data import writer
 
     rng = np.random.default_rng(0)
     splits = {}
@@ -62,7 +62,7 @@ def data_dir(tmp_path_factory):
         labels = np.repeat(np.arange(NUM_CLASSES), count)
         splits[split] = (len(labels), zip(images[..., None], labels))
     out = str(tmp_path_factory.mktemp("textures"))
-    make_tfrecords.make_tfrecords(
+    writer.make_tfrecords(
         (splits, [f"texture{k}" for k in range(NUM_CLASSES)], False),
         out,
         examples_per_shard=20,

@@ -8,7 +8,8 @@ import textwrap
 
 import keras
 import pytest
-from keras_vit_trainers import keras_workarounds, testing
+from keras_vit_trainers import keras_workarounds
+import trainer_testing as testing
 
 
 def test_keras_version_check(monkeypatch):

@@ -11,12 +11,14 @@ import pytest
 import tensorflow as tf
 from absl import flags
 from absl.testing import flagsaver
+from keras_vit_data import fashion_mnist, sources, writer
+from keras_vit_data.records import DataError
 from keras_vit_tools import make_tfrecords
 from keras_vit_trainers import input_pipeline as ip
-from keras_vit_trainers import testing
+import trainer_testing as testing
 from keras_vit_trainers.input_spec import InputSpec
 
-FMNIST = "/usr/share/datasets/fashion-mnist"
+FMNIST = fashion_mnist.FASHION_MNIST_DIR
 
 
 def run_main(*args):
@@ -59,8 +61,8 @@ def test_fashion_mnist_flags(tmp_path, capsys):
     assert manifest["num_classes"] == 10 and manifest["class_names"][9] == "Ankle boot"
     assert manifest["splits"]["train"]["count"] == 50
     assert [s["count"] for s in manifest["splits"]["train"]["shards"]] == [17, 17, 16]
-    labels = make_tfrecords.read_idx(f"{FMNIST}/train-labels-idx1-ubyte.gz")[:50]
-    images = make_tfrecords.read_idx(f"{FMNIST}/train-images-idx3-ubyte.gz")[:50]
+    labels = fashion_mnist.read_idx(f"{FMNIST}/train-labels-idx1-ubyte.gz")[:50]
+    images = fashion_mnist.read_idx(f"{FMNIST}/train-images-idx3-ubyte.gz")[:50]
     ds = ip.eval_dataset(
         str(out), InputSpec(image_size=28, num_classes=10), split="train", batch_size=50
     )
@@ -81,7 +83,7 @@ def test_folder_source_is_deterministic(tmp_path):
     (root / "train" / "cat" / "notes.txt").write_text("not an image")
     a, b = tmp_path / "a", tmp_path / "b"
     for out in (a, b):
-        m = make_tfrecords.make_tfrecords(
+        m = writer.make_tfrecords(
             f"folder:{root}", str(out), examples_per_shard=4, progress=False
         )
     assert _digest(a) == _digest(b)
@@ -96,7 +98,7 @@ def test_folder_source_is_deterministic(tmp_path):
 def test_multi_label_examples_round_trip(tmp_path):
     images = np.zeros((3, 8, 8), np.uint8)
     labels = [[0, 2], [1], [0, 1, 2]]
-    make_tfrecords.make_tfrecords(
+    writer.make_tfrecords(
         ({"train": (3, zip(images, labels))}, ["a", "b", "c"], True), str(tmp_path), progress=False
     )
     spec = InputSpec(image_size=8, num_classes=3, multi_label=True)
@@ -107,9 +109,9 @@ def test_multi_label_examples_round_trip(tmp_path):
 
 def test_unknown_source_and_missing_files(tmp_path):
     with pytest.raises(ValueError, match="--source"):
-        make_tfrecords.get_source("bogus")
-    with pytest.raises(FileNotFoundError, match="dataset-fashion-mnist"):
-        make_tfrecords.get_source("fashion_mnist", fashion_mnist_dir=str(tmp_path))
+        sources.get_source("bogus")
+    with pytest.raises(DataError, match="dataset-fashion-mnist"):
+        sources.get_source("fashion_mnist", fashion_mnist_dir=str(tmp_path))
 
 
 def _two_class_tree(root, junk=()):
@@ -173,14 +175,14 @@ def test_one_class_folder_is_an_error(tmp_path):
         match=r"1 class folder\(s\) \['cat'\]; a classifier needs "
         r"at least two",
     ):
-        make_tfrecords.folder_source(str(root))
+        sources.folder_source(str(root))
 
 
 def test_an_interrupted_rewrite_leaves_no_manifest_to_trust(tmp_path):
     out = str(tmp_path / "out")
     image = np.zeros((4, 4, 3), np.uint8)
     source = ({"train": (2, [(image, [0]), (image, [1])])}, ["a", "b"], False)
-    make_tfrecords.make_tfrecords(source, out, progress=False)
+    writer.make_tfrecords(source, out, progress=False)
     assert ip.read_manifest(out)["splits"]["train"]
 
     def broken():
@@ -188,7 +190,7 @@ def test_an_interrupted_rewrite_leaves_no_manifest_to_trust(tmp_path):
         raise OSError("disk went away")
 
     with pytest.raises(OSError, match="disk went away"):
-        make_tfrecords.make_tfrecords(
+        writer.make_tfrecords(
             ({"train": (2, broken())}, ["a", "b"], False), out, progress=False
         )
     with pytest.raises(ip.DataError, match="no manifest.json"):
@@ -214,4 +216,4 @@ def test_a_tfds_dataset_without_image_and_label_is_named(monkeypatch):
     )
     monkeypatch.setattr(tfds, "builder", lambda name, data_dir=None: builder)
     with pytest.raises(ip.DataError, match=r"tfds:coco_captions: .* \['caption', 'image'\]"):
-        make_tfrecords.tfds_source("coco_captions", None)
+        sources.tfds_source("coco_captions", None)

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tiny_models
-from keras_vit_trainers import testing
+import trainer_testing as testing
 
 import keras_vit
 from keras_vit import masked_patch

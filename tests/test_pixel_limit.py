@@ -15,7 +15,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_deploy import image_header, records, serving
+from keras_vit_data import image_header, records
+from keras_vit_deploy import serving
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"
@@ -204,11 +205,11 @@ def test_signatures_refuse_an_image_above_the_limit_before_decoding_it(exported,
 
 
 def test_make_tfrecords_skips_and_counts_images_above_the_limit(tmp_path, caplog, huge_png):
-    from keras_vit_tools import make_tfrecords
+    from keras_vit_data import writer
 
     image = np.zeros((6, 5), np.uint8)
     examples = [(image, 0), (huge_png, 1, "huge.png"), (image, 1)]
-    manifest = make_tfrecords.make_tfrecords(
+    manifest = writer.make_tfrecords(
         ({"train": (3, examples)}, ["a", "b"], False), str(tmp_path / "a"), progress=False
     )
     split = manifest["splits"]["train"]
@@ -224,7 +225,7 @@ def test_make_tfrecords_skips_and_counts_images_above_the_limit(tmp_path, caplog
     with pytest.raises(
         records.DataError, match=r"train example 0: 6 x 5 = 30 pixels, more than --max_pixels=29"
     ):
-        make_tfrecords.make_tfrecords(
+        writer.make_tfrecords(
             ({"train": (1, examples[:1])}, ["a", "b"], False),
             str(tmp_path / "b"),
             progress=False,

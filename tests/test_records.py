@@ -9,7 +9,8 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_deploy import datasets, records
+from keras_vit_data import records
+from keras_vit_deploy import datasets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -140,7 +141,7 @@ def test_only_deploy_records_spells_the_feature_keys():
 
 
 def test_the_manifest_lists_the_features_as_written(tmp_path):
-    from keras_vit_trainers import testing
+    import trainer_testing as testing
 
     manifest = testing.make_tiny_data(str(tmp_path), n_train=2, n_test=2, num_classes=2)
     on_disk = json.loads((tmp_path / records.MANIFEST).read_text())

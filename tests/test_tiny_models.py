@@ -1,7 +1,7 @@
 """tests/tiny_models.py: the shared tiny models, through the conftest fixtures."""
 
 import numpy as np
-from keras_vit_trainers import testing
+import trainer_testing as testing
 
 
 def test_tiny_vit_has_the_shared_sizes_and_takes_overrides(tiny_vit):

@@ -5,7 +5,7 @@ import os
 
 import keras
 import pytest
-from keras_vit_trainers import testing
+import trainer_testing as testing
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"

@@ -9,7 +9,7 @@ import time
 import keras
 import numpy as np
 import pytest
-from keras_vit_trainers import testing
+import trainer_testing as testing
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"

@@ -5,7 +5,7 @@ so there is one owner of them; each test passes the overrides it depends on (an
 image size, a second block, another width). tests/conftest.py exposes both
 factories as the fixtures `tiny_vit` and `tiny_hybrid`."""
 
-from keras_vit_trainers.testing import TINY_MODEL
+from trainer_testing import TINY_MODEL
 
 import keras_vit
 

@@ -1,7 +1,7 @@
 """The README's main job (`make demo`): Fashion-MNIST from scratch with a small hybrid
 ViT (configs/fashion_mnist_hybrid.py; the plain ViT: --config=configs/fashion_mnist.py).
 
-1. TFRecords in data/fashion_mnist (from the Debian IDX files, else TFDS), if missing.
+1. TFRecords in runs/data/fashion_mnist (from the Debian IDX files, else TFDS), if missing.
 2. trainers/pretrain.py --config=DEMO_CONFIG --strategy=default into
    runs/<the config's name>, runs/fashion_mnist_hybrid by default (rerunning resumes /
    re-exports). The default strategy is the
@@ -14,7 +14,7 @@ ViT (configs/fashion_mnist_hybrid.py; the plain ViT: --config=configs/fashion_mn
    its report JSON).
 4. Prints the test accuracy, the learning curve's path and where everything is.
 
-  python tools/demo.py [--model_dir=runs/fashion_mnist_hybrid] [--data_dir=data/fashion_mnist]
+  python tools/demo.py [--model_dir=runs/fashion_mnist_hybrid] [--data_dir=runs/data/fashion_mnist]
                        [--config=configs/fashion_mnist.py]
                        [extra trainer flags, e.g. --config.total_steps=500]
 """
@@ -25,10 +25,9 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from keras_vit_trainers import console
+from keras_vit_cli import commands, console
+from keras_vit_cli.commands import ROOT
 
-FMNIST = "/usr/share/datasets/fashion-mnist"
 # The compute frontier's winner at the demo's budget (docs/training.md); the ViT is
 # configs/fashion_mnist.py (--config=configs/fashion_mnist.py).
 DEMO_CONFIG = "configs/fashion_mnist_hybrid.py"
@@ -48,40 +47,23 @@ def main(argv):
         print(__doc__.strip())
         return None
     config = _opt(args, "config", os.path.join(ROOT, DEMO_CONFIG))
-    data_dir = _opt(args, "data_dir", os.path.join(ROOT, "data", "fashion_mnist"))
+    data_dir = _opt(args, "data_dir", commands.DEMO_DATA_DIR)
     # One run directory per config, so that a run of another model is never resumed.
     run_name = os.path.splitext(os.path.basename(config))[0]
     model_dir = _opt(args, "model_dir", os.path.join(ROOT, "runs", run_name))
-    # Each step is a program of ours that prints only its own lines (trainers/console.py).
+    # Each step is a program of ours that prints only its own lines (cli/console.py).
     env = console.quiet_environment(dict(os.environ))
     t0 = time.time()
     manifest = os.path.join(data_dir, "manifest.json")
     if not os.path.exists(manifest):
-        source = (
-            "fashion_mnist"
-            if os.path.exists(f"{FMNIST}/t10k-labels-idx1-ubyte.gz")
-            else "tfds:fashion_mnist"
-        )
+        from keras_vit_data import fashion_mnist, writer  # imports TensorFlow
+
+        source = fashion_mnist.source_name()
         print(f"demo: writing TFRecords ({source}) to {data_dir}", flush=True)
-        subprocess.run(
-            [
-                sys.executable,
-                os.path.join(ROOT, "tools", "make_tfrecords.py"),
-                f"--source={source}",
-                f"--output_dir={data_dir}",
-            ],
-            check=True,
-            env=env,
-        )
-    cmd = [
-        sys.executable,
-        os.path.join(ROOT, "trainers", "pretrain.py"),
-        f"--config={config}",
-        f"--data_dir={data_dir}",
-        f"--model_dir={model_dir}",
-        "--strategy=default",
-        *args,
-    ]
+        writer.ensure_records(source, data_dir)
+    cmd = commands.trainer_command(
+        "pretrain", config, data_dir, model_dir, "--strategy=default", *args
+    )
     if config == os.path.join(ROOT, DEMO_CONFIG):
         print(
             "demo: trains the hybrid (ResNet stem + ViT): ahead of the plain ViT at this "
@@ -99,7 +81,7 @@ def main(argv):
     report_path = f"{tflite[:-7]}.json"
     for tool, flags in (
         (
-            "export_savedmodel.py",
+            "export_savedmodel",
             [
                 f"--run_dir={model_dir}",
                 f"--output={saved_model}",
@@ -107,7 +89,7 @@ def main(argv):
             ],
         ),
         (
-            "export_tflite.py",
+            "export_tflite",
             [
                 f"--saved_model={saved_model}",
                 "--quantization=float16",
@@ -119,7 +101,7 @@ def main(argv):
     ):
         print(f"demo: {tool} {' '.join(flags)}", flush=True)
         subprocess.run(
-            [sys.executable, os.path.join(ROOT, "tools", tool), *flags],
+            commands.tool_command(tool, *flags),
             check=True,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -147,4 +129,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    console.setup()  # before TensorFlow is imported (by keras_vit_data): our lines only
     main(sys.argv[1:])

@@ -22,13 +22,14 @@ pip install -e '.[onnx]'.
 import json
 import os
 
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: our lines only
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
 from absl import app, flags
+from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_deploy import datasets, onnx_export, onnx_file, onnx_runtime, preprocessing, serving
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib
@@ -50,7 +51,7 @@ flags.DEFINE_string("report", None, "JSON report to write (also printed).")
 flags.DEFINE_string(
     "eval_data", None, "TFRecord glob of comparison images (default: the Fashion-MNIST test set)."
 )
-flags.DEFINE_string("fashion_mnist_dir", datasets.FASHION_MNIST_DIR, "Fashion-MNIST IDX files.")
+flags.DEFINE_string("fashion_mnist_dir", fashion_mnist_data.FASHION_MNIST_DIR, "Fashion-MNIST IDX files.")
 flags.DEFINE_integer("num_eval_images", 1000, "Comparison images for --report.")
 flags.DEFINE_integer("latency_repeats", 200, "Timed runs per thread count (and for Keras).")
 

@@ -17,7 +17,7 @@ written to the SavedModel's metadata (deploy/serving.py, `read_metadata`).
 
 import os
 
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: our lines only
@@ -25,7 +25,8 @@ os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
 
 from absl import app, flags
 from keras_vit_deploy import flags as deploy_flags
-from keras_vit_deploy import image_header, serving, sources
+from keras_vit_data import image_header
+from keras_vit_deploy import serving, sources
 
 from keras_vit.checkpoint import interop
 

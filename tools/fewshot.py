@@ -20,7 +20,7 @@ shot count, and writes --output_json when given.
 import json
 import time
 
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported

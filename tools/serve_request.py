@@ -20,14 +20,15 @@ import json
 import urllib.error
 import urllib.request
 
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported (by keras_vit_deploy): our lines only
 
 import numpy as np
 from absl import app, flags
-from keras_vit_deploy import records, rest, serving
+from keras_vit_data import records
+from keras_vit_deploy import rest, serving
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(

@@ -17,7 +17,7 @@ message saying why.
 import json
 import os
 
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: our lines only

@@ -3,7 +3,7 @@
 import sys
 
 from absl import app, flags
-from keras_vit_trainers import console
+from keras_vit_cli import console
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS

@@ -32,8 +32,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 from keras_vit_configs import common
-from keras_vit_deploy import records
-from keras_vit_trainers import console, input_pipeline
+from keras_vit_data import records
+from keras_vit_cli import console
+from keras_vit_trainers import input_pipeline
 
 from keras_vit import fewshot
 

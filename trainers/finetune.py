@@ -9,7 +9,7 @@ classes, position embeddings are interpolated to `image_size`. With
 `ema_momentum` > 0 the Polyak-averaged weights are evaluated and exported.
 """
 
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 console.setup()  # before TensorFlow is imported: our lines only, a progress bar
 

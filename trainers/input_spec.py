@@ -12,7 +12,7 @@ another split).
 import dataclasses
 
 from keras_vit_configs.common import VERIFY_MAX_BYTES
-from keras_vit_deploy import image_header
+from keras_vit_data import image_header
 from keras_vit_trainers import augment as augment_lib
 from keras_vit_trainers import input_pipeline
 

@@ -8,7 +8,7 @@ Rerunning the same command on an existing RUN resumes ("resumed from step N").
 See trainers/README.md for the run directory.
 """
 
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 console.setup()  # before TensorFlow is imported: our lines only, a progress bar
 

@@ -2,14 +2,15 @@
 `keras-vit-finetune`, `keras-vit-demo` and one per tool, the same programs as
 `python trainers/pretrain.py ...` and `python tools/<tool>.py ...`.
 
-Each sets up the console (our lines only, trainers/console.py) before TensorFlow is
-imported, then runs the program's absl main.
+Each sets up the console (our lines only, cli/console.py) before TensorFlow is
+imported, then runs the program's absl main. It lives in tools/, the floor above the
+trainers: it starts both.
 """
 
 import importlib
 import sys
 
-from keras_vit_trainers import console
+from keras_vit_cli import console
 
 
 def _trainer(mode):

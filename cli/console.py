@@ -3,7 +3,7 @@
 Every command that runs longer than a few seconds (the trainers, the export tools,
 tools/visualize.py, tools/fewshot.py, tools/demo.py) calls `setup()` before it
 imports TensorFlow. By default that leaves only this project's log lines (loggers
-`trainers`, `keras_vit`, `deploy`, `tools`, at INFO) and silences what TensorFlow,
+`trainers`, `keras_vit`, `deploy`, `tools`, `data`, at INFO) and silences what TensorFlow,
 XLA, absl and Keras print about themselves: C++ INFO/WARNING lines (oneDNN banner,
 XLA service lines), TensorFlow's Python INFO lines ("Reduce to /device:CPU:0 then
 broadcast to ..."), SavedModel's warnings about generated input names, and Python
@@ -28,7 +28,7 @@ import time
 import warnings
 
 VERBOSITY_ENV = "KERAS_VIT_VERBOSITY"
-OUR_LOGGERS = ("trainers", "keras_vit", "deploy", "tools")
+OUR_LOGGERS = ("trainers", "keras_vit", "deploy", "tools", "data")
 # C++ logging: 2 hides INFO and WARNING (oneDNN banner, XLA/cpu_feature lines), keeps ERROR.
 _TF_CPP_LEVEL = "2"
 

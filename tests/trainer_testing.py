@@ -1,18 +1,18 @@
-"""Helpers for the trainer tests: tiny synthetic data, tiny configs, subprocess runs."""
+"""Helpers for the trainer tests: tiny synthetic data, tiny configs, subprocess runs
+(test code: it lives under tests/, out of the wheel)."""
 
 import contextlib
 import json
 import os
 import socket
 import subprocess
-import sys
 
 import numpy as np
+from keras_vit_cli import commands
 
 from keras_vit.run_directory import RunDirectory
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = sys.executable
+from keras_vit_cli.commands import PY, ROOT  # noqa: F401  (the tests' names for them)
 
 # A ViT small enough that a step takes milliseconds: 4x4 patches of 7x7 on 28x28
 # images, one block 16 wide (tests/tiny_models.py builds the tests' models from it).
@@ -41,13 +41,13 @@ def synthetic_split(n, seed, num_classes=4, size=28):
 
 
 def make_tiny_data(output_dir, n_train=128, n_test=64, per_shard=32, num_classes=4):
-    from keras_vit_tools import make_tfrecords
+    from keras_vit_data import writer
 
     splits = {}
     for name, n, seed in (("train", n_train, 0), ("test", n_test, 1)):
         images, labels = synthetic_split(n, seed, num_classes)
         splits[name] = (n, zip(images, labels))
-    return make_tfrecords.make_tfrecords(
+    return writer.make_tfrecords(
         (splits, [f"class_{i}" for i in range(num_classes)], False),
         output_dir,
         examples_per_shard=per_shard,
@@ -56,15 +56,8 @@ def make_tiny_data(output_dir, n_train=128, n_test=64, per_shard=32, num_classes
 
 
 def trainer_cmd(trainer, data_dir, model_dir, *extra, config="configs/fashion_mnist.py"):
-    return [
-        PY,
-        os.path.join(ROOT, "trainers", f"{trainer}.py"),
-        f"--config={config}",
-        f"--data_dir={data_dir}",
-        f"--model_dir={model_dir}",
-        *TINY,
-        *extra,
-    ]
+    """The trainer's command line at TINY_MODEL's size and schedule."""
+    return commands.trainer_command(trainer, config, data_dir, model_dir, *TINY, *extra)
 
 
 def env(**extra):
