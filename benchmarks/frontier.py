@@ -74,7 +74,7 @@ WARMUP_FRACTION = 300 / 4500  # configs/fashion_mnist.py's warm-up share
 CNN_BASELINE = (0.916, 0.925)
 
 flags.DEFINE_string("work_dir", None, "Where the runs and the hold-out records go.")
-flags.DEFINE_string("data_dir", "data/fashion_mnist", "make demo's Fashion-MNIST records.")
+flags.DEFINE_string("data_dir", commands.DEMO_DATA_DIR, "make demo's Fashion-MNIST records.")
 flags.DEFINE_enum("stage", None, ["sweep", "frontier", "seeds"], "What to run.")
 flags.DEFINE_list("arms", None, f"Arms (default all: {', '.join(ARMS)}).")
 flags.DEFINE_list("steps", None, "Step counts (default: the stage's).")

@@ -1,6 +1,6 @@
 """Input-pipeline throughput (images/s decoded + augmented) vs. what the trainer consumes.
 
-  python benchmarks/input_pipeline.py [--data_dir=data/fashion_mnist]
+  python benchmarks/input_pipeline.py [--data_dir=runs/data/fashion_mnist]
       [--config=configs/fashion_mnist.py] [--run=RUN] [--batches=200]
 
 Iterates trainers.input_pipeline.train_dataset with the config's augmentation and
@@ -15,12 +15,13 @@ import json
 import os
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from keras_vit_cli import commands
+from keras_vit_cli.commands import ROOT
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--data_dir", default=os.path.join(ROOT, "data", "fashion_mnist"))
+    p.add_argument("--data_dir", default=commands.DEMO_DATA_DIR)
     p.add_argument("--config", default=os.path.join(ROOT, "configs", "fashion_mnist.py"))
     p.add_argument("--run", default=os.path.join(ROOT, "runs", "fashion_mnist_hybrid"))
     p.add_argument("--batches", type=int, default=200)

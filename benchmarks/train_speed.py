@@ -36,7 +36,7 @@ VARIANTS = {
 }
 
 flags.DEFINE_string("config", "configs/fashion_mnist.py", "The trainer config.")
-flags.DEFINE_string("data_dir", "data/fashion_mnist", "Fashion-MNIST records (make data).")
+flags.DEFINE_string("data_dir", commands.DEMO_DATA_DIR, "make demo's Fashion-MNIST records.")
 flags.DEFINE_string("work_dir", None, "Where the runs go.")
 flags.DEFINE_integer("steps", 400, "Steps per run.")
 flags.DEFINE_integer("interval", 50, "Steps per logged interval.")

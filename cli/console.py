@@ -328,6 +328,17 @@ def progress_batches(iterable, total, desc, unit="batch", **kwargs):
         bar.close()
 
 
+def start_program(module_name, keras_backend=None):
+    """The first lines of a program module, before anything imports TensorFlow or
+    Keras: pins the Keras backend the program needs (`keras_backend`, e.g. the export
+    tools' "tensorflow": they build TF graphs) and, when the module runs as a program
+    (`module_name == "__main__"`), sets up the console (`setup`)."""
+    if module_name == "__main__":
+        setup()
+    if keras_backend:
+        os.environ["KERAS_BACKEND"] = keras_backend
+
+
 def run_app(main):
     """`absl.app.run(main)` with `setup()` again once the flags are parsed (absl raises
     its own verbosity to INFO while parsing them)."""

@@ -148,7 +148,7 @@ def base_config(model="ViT_B16"):
             strict=False,  # corrupt data fatal instead of skipped + counted
             verify_max_bytes=VERIFY_MAX_BYTES,
             # an image declaring more pixels is a record that does not decode;
-            # None: deploy/image_header.DEFAULT_MAX_PIXELS (trainers/input_spec.py)
+            # None: data/image_header.DEFAULT_MAX_PIXELS (trainers/input_spec.py)
             max_pixels=placeholder(int),
             # Speed measurement only: every step gets the stream's first batch again,
             # so a run times the model's step without the input pipeline.

@@ -11,7 +11,7 @@ sweep's best for both, augmentation, evaluation, fine-tuning section) is
 configs/fashion_mnist.py's.
 
   python trainers/pretrain.py --config=configs/fashion_mnist_hybrid.py \
-      --data_dir=data/fashion_mnist --model_dir=runs/fashion_mnist_hybrid
+      --data_dir=runs/data/fashion_mnist --model_dir=runs/fashion_mnist_hybrid
 """
 
 from keras_vit_configs import fashion_mnist

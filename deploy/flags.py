@@ -3,6 +3,7 @@ tools/export_onnx.py (and tools/visualize.py, tools/fewshot.py): which model to
 export, and, for the export tools, what it should output."""
 
 from absl import app, flags
+from keras_vit_data import fashion_mnist
 from keras_vit_deploy import sources
 
 import keras_vit
@@ -58,6 +59,29 @@ def define_output_flags():
         None,
         "A Keras activation on the head (e.g. softmax: the model's own probabilities).",
     )
+
+
+def define_export_flags(output_help):
+    """The flags every export tool has: the model (`define_model_flags`), what it
+    outputs (`define_output_flags`) and --output (`output_help`)."""
+    define_model_flags()
+    define_output_flags()
+    flags.DEFINE_string("output", None, output_help)
+
+
+def define_comparison_flags():
+    """The flags of the tools that check their file against the Keras model on real
+    images (`datasets.load_images`) and write a JSON report."""
+    flags.DEFINE_string("report", None, "JSON report to write (also printed).")
+    flags.DEFINE_string(
+        "eval_data",
+        None,
+        "TFRecord glob of comparison images (default: the Fashion-MNIST test set).",
+    )
+    flags.DEFINE_string(
+        "fashion_mnist_dir", fashion_mnist.FASHION_MNIST_DIR, "Fashion-MNIST IDX files."
+    )
+    flags.DEFINE_integer("num_eval_images", 1000, "Comparison images for --report.")
 
 
 def _overrides():

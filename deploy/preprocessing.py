@@ -118,7 +118,7 @@ def decode_one(
 
     Fails naming `index` when the bytes are not a JPEG/PNG/GIF/BMP image, when its
     header declares more than `max_pixels` pixels (checked before decoding,
-    deploy/image_header.py), or the image has a channel count the model does not
+    data/image_header.py), or the image has a channel count the model does not
     take (`accepted_channels`: 1 or 3 for a grey or RGB model, brought to its
     count; else exactly C).
     """
@@ -181,7 +181,7 @@ def decode_images(
 
 
 def parse_examples(serialized, signature):
-    """Serialized tf.train.Example (B,) in the trainer's format (deploy/records.py)
+    """Serialized tf.train.Example (B,) in the trainer's format (data/records.py)
     -> (encoded images (B,), labels (B, L) int64 padded with -1; L = 0 without
     labels). A missing image feature fails naming the feature."""
     with tf.control_dependencies([assert_not_empty(serialized, signature)]):

@@ -8,6 +8,9 @@ classifier's `probabilities` (or `scores`) top-1 agreement, max and mean |delta|
 and the accuracies; for `features` and `feature_map`, max and mean |delta| and
 the reference's largest |value| (the scale the delta is to be read against)."""
 
+import json
+import os
+
 import numpy as np
 import tensorflow as tf
 from keras_vit_deploy import keras_runtime, serving
@@ -138,3 +141,14 @@ def build_report(
             pixels, repeats=latency_repeats
         )
     return report
+
+
+def write_report(path, report):
+    """Writes `report` as indented JSON to `path` (its folder created) and prints it."""
+    text = json.dumps(report, indent=1)
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(text)

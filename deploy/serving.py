@@ -24,13 +24,13 @@ names saying what they return (`signature_names`: 'predict' for classifiers,
 
 - `serving_default`: images (B,) tf.string, encoded JPEG/PNG (GIF/BMP too) of
   any size up to `max_pixels` pixels (checked in the image's header before it is
-  decoded, deploy/image_header.py); decoded, brought to C channels
+  decoded, data/image_header.py); decoded, brought to C channels
   (`deploy/preprocessing.py`), resized (bilinear) and scaled in the graph as the
   trainer's eval pipeline does.
 - `<prefix>_images`: images (B, H, W, C) uint8 pixels.
 - `<prefix>_images_float32`: images (B, H, W, C) float32 pixels in [0, 255].
 - `<prefix>_examples`: examples (B,) tf.string, serialized tf.train.Example in
-  the trainer's format (deploy/records.py: the encoded image, and optionally int64
+  the trainer's format (data/records.py: the encoded image, and optionally int64
   labels); also returns `labels` (B, L) int64, padded with -1.
 
 Loading needs only TensorFlow: `tf.saved_model.load(path).signatures["serving_default"]`.

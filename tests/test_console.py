@@ -13,7 +13,7 @@ from keras_vit_cli import console
 
 # Lines that TensorFlow, absl, XLA, oneDNN and TFLite print about themselves (seen in
 import trainer_testing as testing
-# `make demo` before trainers/console.py existed), as the user would grep for them.
+# `make demo` before cli/console.py existed), as the user would grep for them.
 NOISE = [
     r"cross_device_ops\.py",  # "Reduce to /device:CPU:0 then broadcast"
     r"unsupported characters",  # SavedModel's generated input names

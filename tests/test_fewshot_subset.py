@@ -20,7 +20,7 @@ N_TRAIN, N_TEST = 128, 64
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    """train: 128 records in 4 shards of 32; test: 64 (trainers/testing.py)."""
+    """train: 128 records in 4 shards of 32; test: 64 (tests/trainer_testing.py)."""
     out = str(tmp_path_factory.mktemp("fewshot_subset"))
     testing.make_tiny_data(
         out, n_train=N_TRAIN, n_test=N_TEST, per_shard=32, num_classes=NUM_CLASSES

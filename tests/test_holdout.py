@@ -1,6 +1,6 @@
 """Your folder, with a validation split: make_tfrecords' folder source names val/ and
 eval/ `validation`, shuffles the write order with a seed, and `--holdout` writes a
-stratified, deterministic `validation` split recorded in the manifest (tools/holdout.py)."""
+stratified, deterministic `validation` split recorded in the manifest (data/holdout.py)."""
 
 import collections
 import logging

@@ -1,4 +1,4 @@
-"""Pixel limits before decoding (deploy/image_header.py): the size each format's header
+"""Pixel limits before decoding (data/image_header.py): the size each format's header
 declares, as TensorFlow's decoder reads it; images above the limit refused by the
 serving signatures (naming the batch index, the size and the limit) before they are
 decoded, skipped and counted by tools/make_tfrecords.py, and treated as records that

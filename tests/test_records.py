@@ -1,4 +1,4 @@
-"""deploy/records.py, the one owner of the record format: examples written and parsed,
+"""data/records.py, the one owner of the record format: examples written and parsed,
 the manifest written whole and read with errors naming the folder, the records of a
 split and of its first N examples; and no other module spells the feature keys."""
 

@@ -1,6 +1,6 @@
 """The tests' tiny models: one plain ViT and one hybrid (ResNet + ViT) factory, at
 sizes where building and running a model takes milliseconds. The Transformer's
-sizes are trainers/testing.py's TINY_MODEL (the trainer subprocesses' tiny model),
+sizes are tests/trainer_testing.py's TINY_MODEL (the trainer subprocesses' tiny model),
 so there is one owner of them; each test passes the overrides it depends on (an
 image size, a second block, another width). tests/conftest.py exposes both
 factories as the fixtures `tiny_vit` and `tiny_hybrid`."""

@@ -19,25 +19,21 @@ onnxruntime at 1 and 2 threads beside the Keras model's. Needs the `onnx` extra:
 pip install -e '.[onnx]'.
 """
 
-import json
 import os
 
 from keras_vit_cli import console
 
-if __name__ == "__main__":
-    console.setup()  # before TensorFlow is imported: our lines only
-os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
+console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow is imported
 
 from absl import app, flags
-from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_deploy import datasets, onnx_export, onnx_file, onnx_runtime, preprocessing, serving
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib
 from keras_vit_deploy.onnx_packages import ExportError, require_packages
 
 FLAGS = flags.FLAGS
-deploy_flags.define_model_flags()
-deploy_flags.define_output_flags()
+deploy_flags.define_export_flags(".onnx file to write.")
+deploy_flags.define_comparison_flags()
 flags.DEFINE_enum(
     "precision",
     "float32",
@@ -46,13 +42,6 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_bool("dynamic_batch", False, "A dynamic batch axis (default: batch 1).")
 flags.DEFINE_integer("opset", None, "ONNX opset (default: tf2onnx's).")
-flags.DEFINE_string("output", None, ".onnx file to write.")
-flags.DEFINE_string("report", None, "JSON report to write (also printed).")
-flags.DEFINE_string(
-    "eval_data", None, "TFRecord glob of comparison images (default: the Fashion-MNIST test set)."
-)
-flags.DEFINE_string("fashion_mnist_dir", fashion_mnist_data.FASHION_MNIST_DIR, "Fashion-MNIST IDX files.")
-flags.DEFINE_integer("num_eval_images", 1000, "Comparison images for --report.")
 flags.DEFINE_integer("latency_repeats", 200, "Timed runs per thread count (and for Keras).")
 
 
@@ -108,9 +97,7 @@ def main(argv):
             keras_model=model,
             extra=extra,
         )
-        with open(FLAGS.report, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
-        print(json.dumps(result, indent=1))
+        report_lib.write_report(FLAGS.report, result)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,10 @@ declares more than --max_pixels pixels, before decoding it; the limit is printed
 written to the SavedModel's metadata (deploy/serving.py, `read_metadata`).
 """
 
-import os
 
 from keras_vit_cli import console
 
-if __name__ == "__main__":
-    console.setup()  # before TensorFlow is imported: our lines only
-os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
+console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow is imported
 
 from absl import app, flags
 from keras_vit_deploy import flags as deploy_flags
@@ -31,8 +28,7 @@ from keras_vit_deploy import serving, sources
 from keras_vit.checkpoint import interop
 
 FLAGS = flags.FLAGS
-deploy_flags.define_model_flags()
-deploy_flags.define_output_flags()
+deploy_flags.define_export_flags("SavedModel directory to write.")
 flags.DEFINE_string(
     "class_names",
     None,
@@ -49,7 +45,6 @@ flags.DEFINE_integer(
     "(height x width), before decoding it.",
     lower_bound=1,
 )
-flags.DEFINE_string("output", None, "SavedModel directory to write.")
 
 
 def _stated_class_names(outputs):

@@ -19,40 +19,29 @@ brought to the model's channels: grey <-> RGB), and latency per image at 1 and 2
 interpreter threads.
 """
 
-import json
 import os
 
 from keras_vit_cli import console
 
-if __name__ == "__main__":
-    console.setup()  # before TensorFlow is imported: our lines only
-os.environ["KERAS_BACKEND"] = "tensorflow"  # the export builds TF graphs
+console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow is imported
 
 from absl import app, flags
-from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_deploy import datasets, preprocessing, serving, tflite, tflite_runtime
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib
 
 FLAGS = flags.FLAGS
-deploy_flags.define_model_flags()
-deploy_flags.define_output_flags()
+deploy_flags.define_export_flags(".tflite file to write.")
+deploy_flags.define_comparison_flags()
 flags.DEFINE_string("saved_model", None, "A SavedModel from tools/export_savedmodel.py.")
 flags.DEFINE_enum("quantization", "none", tflite.QUANTIZATIONS, "Weights/activations.")
 flags.DEFINE_string(
     "representative_data",
     None,
-    "TFRecord glob (tf.train.Example in the trainer's format, deploy/records.py) "
+    "TFRecord glob (tf.train.Example in the trainer's format, data/records.py) "
     "to calibrate --quantization=int8 or int8_matmul.",
 )
 flags.DEFINE_integer("num_calibration_images", 200, "Representative images used.")
-flags.DEFINE_string("output", None, ".tflite file to write.")
-flags.DEFINE_string("report", None, "JSON report to write (also printed).")
-flags.DEFINE_string(
-    "eval_data", None, "TFRecord glob of comparison images (default: the Fashion-MNIST test set)."
-)
-flags.DEFINE_string("fashion_mnist_dir", fashion_mnist_data.FASHION_MNIST_DIR, "Fashion-MNIST IDX files.")
-flags.DEFINE_integer("num_eval_images", 1000, "Comparison images for --report.")
 flags.DEFINE_integer("latency_repeats", 200, "Timed invokes per thread count.")
 
 
@@ -136,9 +125,7 @@ def main(argv):
             extra=extra,
             output=output,
         )
-        with open(FLAGS.report, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
-        print(json.dumps(result, indent=1))
+        report_lib.write_report(FLAGS.report, result)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ them, and features computed for their union only, at most max(shots) x classes x
 seeds images (25 x 10 x 3 = 750 of Fashion-MNIST's 60,000); the test split is
 extracted in full (up to --max_test_examples). See trainers/fewshot_evaluator.py.
 
-Prints our lines only (trainers/console.py; KERAS_VIT_VERBOSITY=library for the
+Prints our lines only (cli/console.py; KERAS_VIT_VERBOSITY=library for the
 libraries' output), a progress bar per feature extraction on stderr, one line per
 shot count, and writes --output_json when given.
 """

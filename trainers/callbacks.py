@@ -130,7 +130,7 @@ class RunLogger(keras.callbacks.Callback):
 
 
 class TrainingProgress(keras.callbacks.Callback):
-    """The live progress bar of `fit` (trainers/console.py): steps of `total_steps`,
+    """The live progress bar of `fit` (cli/console.py): steps of `total_steps`,
     loss, accuracy, images/s and ETA; one plain line every 30 s without a terminal.
     Counts steps itself and reads the logs at most twice a second, so it adds no
     device synchronisation of its own."""

@@ -10,7 +10,7 @@ from them (`keras_vit.fewshot.fewshot_indices`, the same sets as drawing from th
 features of the whole split) and features are computed for their union
 (`keras_vit.fewshot.needed_indices`: at most max(shots) x classes x seeds images,
 e.g. 25 x 10 x 3 = 750 instead of 60,000). The test split is read in full (up to
-`max_test_examples`). Feature extraction shows a progress bar (trainers/console.py).
+`max_test_examples`). Feature extraction shows a progress bar (cli/console.py).
 
 Example i of a split is the i-th example with features: `input_pipeline.eval_dataset`
 over its first `max_*_examples` records, less those of weight 0. Should a k-shot image

@@ -29,7 +29,7 @@ Corrupt data: at start-up every shard is scanned (when the split is smaller than
 `verify_max_bytes`); a shard that fails its CRC check is cut at its last good record,
 the lost records are counted and a warning names the shard. A record that still fails
 to parse or decode at run time (or declares more than `max_pixels` pixels,
-deploy/image_header.py) keeps its position (`map_keeping_positions`): it is logged
+data/image_header.py) keeps its position (`map_keeping_positions`): it is logged
 as `ignore_errors` logs it and becomes a placeholder, which in training takes the image
 and label of a good record of the same batch (`fill_failed_rows`), and in evaluation
 gets weight 0. Every step thus reads the same records, whichever of them decode, and

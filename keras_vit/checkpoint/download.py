@@ -200,7 +200,7 @@ def _progress(url, path, total, stream):
 
 
 def _log_stream():
-    """Where the `keras_vit` logger writes (the terminal under trainers/console.py,
+    """Where the `keras_vit` logger writes (the terminal under cli/console.py,
     whose stderr is a filtered pipe), else sys.stderr."""
     handlers = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)]
     return getattr(handlers[0], "stream", None) if handlers else sys.stderr
