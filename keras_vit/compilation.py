@@ -6,7 +6,8 @@ XLA under JAX, XLA under TensorFlow only when a GPU/TPU is present, never under 
 tf.distribute strategy. On CPU-only TensorFlow that is not the fastest choice, and
 the faster one depends on the CPU and on the compute dtype. `auto_jit_compile` is the
 rule `VisionTransformer` uses instead, a pure function of the facts it depends on;
-`resolve_auto_jit_compile(model)` gathers those facts for a model.
+`resolve_auto_jit_compile(model)` gathers those facts for a model, and the mixin
+`AutoJitCompile` (a base of `VisionTransformer`) makes it what Keras' "auto" means.
 
 The measurements it comes from (docs/speed.md, "Which compilation `predict` and
 `fit` use"; ViT inference, images/s, XLA / no XLA):
@@ -175,6 +176,26 @@ def resolve_auto_jit_compile(model):
     if choice:
         return supports_jit(model)
     return choice
+
+
+class AutoJitCompile:
+    """A mixin of `keras.Model` (before it among the bases) that gives "auto" the
+    meaning of `resolve_auto_jit_compile`: `VisionTransformer`'s default compilation."""
+
+    def _resolve_auto_jit_compile(self):
+        """What `jit_compile="auto"` (the default of `compile`, so of `fit`; and what
+        `predict` uses on a model never compiled) means: the rule of
+        `keras_vit.compilation`, from the backend, the compute dtype and the CPU
+        (docs/speed.md); Keras' own choice where that rule defers to it (a GPU/TPU
+        with TensorFlow, a tf.distribute strategy). An explicit `jit_compile` always
+        wins (Keras may still call this while setting it, and drops the answer).
+
+        A private Keras hook, overridden because it is the only one: Keras calls it
+        both from `compile(jit_compile="auto")` and when the `jit_compile` property
+        is first read (`predict` on an uncompiled model); no public argument
+        changes what "auto" means."""
+        choice = resolve_auto_jit_compile(self)
+        return super()._resolve_auto_jit_compile() if choice is None else choice
 
 
 # --- training -------------------------------------------------------------------------

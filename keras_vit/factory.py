@@ -14,9 +14,10 @@ Imports go one way: this module -> `keras_vit.vision_transformer` (which reads n
 file) and -> `keras_vit.checkpoint` (which builds no model).
 """
 
+from keras_vit.applications_args import NOT_GIVEN
 from keras_vit.checkpoint import loader, source
 from keras_vit.families import FAMILY_OPTIONS
-from keras_vit.vision_transformer import NOT_GIVEN, VisionTransformer
+from keras_vit.vision_transformer import VisionTransformer
 
 # The constructor arguments that follow the checkpoint where not given (None, or
 # NOT_GIVEN for representation_size, whose None means "no pre_logits"): what it

@@ -1,10 +1,20 @@
 """The Vision Transformer (Dosovitskiy et al., ICLR 2021) as a Keras model.
 
+This module owns the model: the class `VisionTransformer`, building its graph
+(`_build`: patch embedding, [class] token, encoder, representation, pre_logits,
+head; the headless `pooling` outputs), and its config (`get_config`,
+`from_config`, the registered name 'keras_vit>VisionTransformer'). The rest of
+the class comes from modules of their own: the constructor's arguments,
+keras.applications' included, from `keras_vit.applications_args`; the views that
+share its weights (`feature_extractor`, `attention_model`, `token_grid`, ...)
+from the mixin `keras_vit.views.ModelViews`; what `jit_compile="auto"` means from
+the mixin `keras_vit.compilation.AutoJitCompile`.
+
 Construction builds; loading is a separate step. `VisionTransformer.__init__`
 (1) normalises its arguments, keras.applications' (`input_shape`,
-`input_tensor`, `classes`, ...) included (`_normalised`); (2) fills the defaults
-of what nothing gave (`_defaults`); (3) builds the graph with `_build`, which
-reads nothing but its arguments. It reads no file and no network, and neither
+`input_tensor`, `classes`, ...) included (`applications_args.normalised`); (2)
+fills the defaults of what nothing gave (`applications_args.with_defaults`); (3)
+builds the graph with `_build`, which reads nothing but its arguments. It reads no file and no network, and neither
 does `from_config`. Weights come after construction: `keras_vit.from_weights`
 and the named builders (`ViT_B16(weights=...)`, `HybridViT`, `build_model`,
 keras_vit.factory) open the checkpoint, build the model with what it records
@@ -14,49 +24,21 @@ factory -> vision_transformer, factory -> checkpoint. That is why the entry poin
 is the function `keras_vit.from_weights` rather than a classmethod here, and why
 `weights` is refused rather than loaded (it keeps its place among the positional
 arguments, so that `name`, `dtype`, ... keep theirs).
-
-`representation_size` and `pooling` default to `NOT_GIVEN` rather than None
-because None is one of their values (no pre_logits; the patch-token map); "not
-given" lets the checkpoint (representation_size) or the model's own
-representation (pooling) decide. The marker never reaches a config.
 """
-
-import inspect
-import numbers
-import weakref
 
 import keras
 
+from keras_vit import applications_args
 from keras_vit import layers as vit_layers
-from keras_vit.families import FAMILY_DEFAULTS
-from keras_vit.layers.patch_embedding import PatchTokenMap, to_pair
-from keras_vit.layers.resnet import resnet_layers, resnet_spec
-from keras_vit.preprocessing import check_preprocessing
-
-
-class _NotGiven:
-    """The default of an argument whose None is a value of its own (e.g.
-    `representation_size=None`: no pre_logits layer), so that "not given" (follow
-    the checkpoint, or the model's own default) can be told apart from None."""
-
-    __slots__ = ()
-
-    def __repr__(self):
-        return "<not given>"
-
-    def __reduce__(self):  # copies and pickles stay the singleton
-        return "NOT_GIVEN"
-
-
-NOT_GIVEN = _NotGiven()
-
-# Attention models by ViT, outside Keras' attribute tracking (they share its layers).
-_ATTENTION_MODELS = weakref.WeakKeyDictionary()
-POOLINGS = (None, "token", "avg", "max")
+from keras_vit.applications_args import NOT_GIVEN
+from keras_vit.compilation import AutoJitCompile
+from keras_vit.layers.patch_embedding import PatchTokenMap
+from keras_vit.layers.resnet import resnet_layers
+from keras_vit.views import ModelViews, embed, on_grid, token_grid_of
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class VisionTransformer(keras.Model):
+class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
     """ViT: patch embedding, [class] token, position embeddings, Transformer
     encoder, then the representation (class token or GAP), optional pre_logits
     (Dense + tanh) and the classification head.
@@ -207,12 +189,7 @@ class VisionTransformer(keras.Model):
         channels=None,
         trainable=True,
     ):
-        if weights is not None:
-            raise TypeError(
-                "VisionTransformer(weights=...) does not load weights: build and load with "
-                "keras_vit.from_weights(weights, **arguments), or a builder such as "
-                "keras_vit.ViT_B16(weights=...) or keras_vit.build_model(spec, weights=...)."
-            )
+        applications_args.refuse_weights(weights)
         arguments = dict(
             image_size=image_size,
             patch_size=patch_size,
@@ -242,7 +219,7 @@ class VisionTransformer(keras.Model):
             channels=channels,
             trainable=trainable,
         )
-        self._build(**_defaults(_normalised(arguments)))
+        self._build(**applications_args.with_defaults(applications_args.normalised(arguments)))
 
     @classmethod
     def given_arguments(cls, **kwargs):
@@ -260,11 +237,7 @@ class VisionTransformer(keras.Model):
             TypeError: an unknown keyword argument (named).
             ValueError: contradictory or invalid arguments, as the constructor.
         """
-        bound = inspect.signature(cls.__init__).bind(None, **kwargs)
-        bound.apply_defaults()
-        arguments = dict(bound.arguments)
-        del arguments["self"], arguments["weights"]
-        return _normalised(arguments)
+        return applications_args.bound_arguments(cls.__init__, kwargs)
 
     def _build(
         self,
@@ -308,11 +281,11 @@ class VisionTransformer(keras.Model):
             inputs = keras.utils.get_source_inputs(input_tensor)
             inputs = inputs[0] if len(inputs) == 1 else inputs
         resnet_stages = resnet_layers(resnet, dtype) if resnet is not None else []
-        grid_size = _token_grid(resnet_stages, patch_embedding, image_size)
+        grid_size = token_grid_of(resnet_stages, patch_embedding, image_size)
         class_token = (
             vit_layers.ClassToken(name="cls", dtype=dtype) if classifier == "token" else None
         )
-        _, x, patch_map = _embed(images, resnet_stages, patch_embedding, class_token, dynamic_size)
+        _, x, patch_map = embed(images, resnet_stages, patch_embedding, class_token, dynamic_size)
         encoder = vit_layers.Encoder(
             grid_size,
             num_layers,
@@ -328,7 +301,7 @@ class VisionTransformer(keras.Model):
             name="Transformer",
             dtype=dtype,
         )
-        x = encoder(_on_grid(x, patch_map))
+        x = encoder(on_grid(x, patch_map))
         after_pooling = (
             keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="fc_norm", dtype=dtype)
             if fc_norm
@@ -386,162 +359,6 @@ class VisionTransformer(keras.Model):
         self._dtype_arg = dtype
         # Layers before `input_tensor` are part of this model but not of its config.
         self._upstream_of_input = input_tensor is not None and inputs is not input_tensor
-
-    # -- Looking inside -------------------------------------------------------------
-
-    def tokens(self, images):
-        """Applies the layers before the encoder: (B, H, W, 3) -> (B, T, hidden)."""
-        return self._embedded(images)[1]
-
-    def resnet_layers(self):
-        """The hybrid's ResNet layers in order (stem 'root', stages 'block1'..);
-        empty for a plain ViT."""
-        if self.resnet is None:
-            return []
-        return [self.get_layer("root")] + [
-            self.get_layer(f"block{i + 1}") for i in range(len(self.resnet["num_layers"]))
-        ]
-
-    def token_grid(self, image_size):
-        """(rows, cols) of the token grid for images of (height, width): the patch
-        grid of the image, or of a hybrid's ResNet feature map. For a fixed-size
-        model at its own size, `grid_size`. Raises ValueError where the size is
-        not a multiple of the (effective) patch size."""
-        return _token_grid(self.resnet_layers(), self.get_layer("embedding"), tuple(image_size))
-
-    def attention_model(self):
-        """A `keras.Model` sharing this model's weights that maps images to the
-        attention weights of every encoder block: a list of `num_layers` arrays
-        (batch, heads, tokens, tokens), rows summing to 1. Tokens are ordered as
-        the encoder sees them (class token first for 'token' models). Its input
-        has this model's size (any size for a `dynamic_size` model)."""
-        images = self._image_input()
-        encoder = self.get_layer("Transformer")
-        _, x, patch_map = self._embedded(images)
-        x = encoder.position_embedding(_on_grid(x, patch_map))
-        weights = []
-        for block in encoder.blocks:  # block by block: each node has flat outputs
-            x, block_weights = block(x, return_attention_weights=True)
-            weights.append(block_weights)
-        return keras.Model(images, weights, name=f"{self.name}_attention")
-
-    def feature_extractor(self, blocks=(-1,), stages=(), norm=False, name=None):
-        """A `keras.Model` sharing this model's weights that maps images to the
-        token maps of chosen encoder blocks and, for a hybrid, to the outputs of
-        chosen ResNet stages (as timm's `forward_intermediates`): a dict of
-        (batch, rows, cols, channels) maps, for a feature pyramid or a dense
-        task. Call it like a layer inside a functional graph, or `predict`.
-
-            features = model.feature_extractor(blocks=(3, 6, 9, 12))
-            maps = features(images)  # {"block3": (B, rows, cols, hidden), ...}
-
-        Args:
-            blocks: encoder blocks, numbered 1..num_layers (block k's map is the
-                output of the k-th block), or from the end (-1: the last). Key
-                f"block{k}": (batch, rows, cols, hidden), the patch tokens laid
-                on the token grid (`token_grid`), the class token dropped.
-                Empty: none.
-            stages: a hybrid's ResNet outputs: 0 the stem ('root'), s >= 1 the
-                stage 'block{s}', or from the end (-1: the map the patch
-                embedding cuts into patches); True: the stem and every stage.
-                Keys "stem" and f"stage{s}": (batch, h, w, C), h = height /
-                stride (4 for the stem, x2 per further stage; ceil at each
-                stride-2 step), C = 64 * width_factor for the stem, 256 * 2**(s-1)
-                * width_factor for stage s. Empty: none.
-            norm: whether the block maps go through the encoder's final
-                LayerNorm (`encoder_norm`), as the model's own outputs do: then
-                the last block's map is the `pooling=None` output. False (the
-                default, as timm): the blocks' raw outputs (the residual stream).
-                An `fc_norm` model's encoder has no final LayerNorm: no change.
-            name: the model's name; default f"{self.name}_features".
-        Returns:
-            A `keras.Model` from images (batch, height, width, channels) in [-1,
-            1], of this model's size (any size for a `dynamic_size` model), to
-            the dict of maps, built in the order stem, stages, blocks. Look the
-            maps up by key: the order a call returns them in is Keras' (under
-            torch, and from `predict` under JAX, sorted by key).
-        Raises:
-            ValueError: no map asked for, a block or stage out of range (the valid
-                range named), or stages of a model without a ResNet.
-        """
-        images, outputs = self._feature_maps(blocks, stages, norm)
-        return keras.Model(images, outputs, name=name or f"{self.name}_features")
-
-    def _feature_maps(self, blocks, stages, norm):
-        """(a fresh image input, {key: map}) for `feature_extractor`'s arguments."""
-        block_numbers = _numbers("blocks", blocks, 1, self.num_layers, "block")
-        stage_numbers = _numbers(
-            "stages", stages, 0, len(self.resnet_layers()) - 1, "stage", self.resnet is None
-        )
-        if not block_numbers and not stage_numbers:
-            raise ValueError("feature_extractor: no map asked for (blocks and stages are empty).")
-        images = self._image_input()
-        resnet_outputs, tokens, patch_map = self._embedded(images)
-        outputs = {(f"stage{s}" if s else "stem"): resnet_outputs[s] for s in stage_numbers}
-        if block_numbers:
-            # The encoder's layers one by one, in the order of `Encoder.call`, up to
-            # the last block asked for (a second node of the encoder itself with
-            # more outputs than its first would not be connected: Keras' Function
-            # counts a layer's outputs on its first node).
-            encoder = self.get_layer("Transformer")
-            x = encoder.dropout(encoder.position_embedding(_on_grid(tokens, patch_map)))
-            for k, block in enumerate(encoder.blocks[: block_numbers[-1]], 1):
-                x = block(x)
-                if k in block_numbers:
-                    to_map = PatchTokenMap(
-                        None if patch_map is not None else self.grid_size,
-                        encoder.num_prefix_tokens,
-                        name=f"block{k}_map",
-                        dtype=self._dtype_arg,
-                    )
-                    y = encoder.encoder_norm(x) if norm and encoder.encoder_norm else x
-                    outputs[f"block{k}"] = to_map(_on_grid(y, patch_map))
-        return images, outputs
-
-    def _image_input(self):
-        """A fresh image input of this model's size ((None, None) when dynamic)."""
-        size = (None, None) if self.dynamic_size else self.image_size
-        return keras.Input((*size, self.channels), name="image")
-
-    def _embedded(self, images):
-        """`_embed` (the encoder's input, and what carries it there) with this model's
-        layers."""
-        class_token = self.get_layer("cls") if self.classifier == "token" else None
-        return _embed(
-            images,
-            self.resnet_layers(),
-            self.get_layer("embedding"),
-            class_token,
-            self.dynamic_size,
-        )
-
-    def attention_weights(self, images, batch_size=32):
-        """Numpy attention weights of every block for `images` (B, H, W, 3) in
-        [-1, 1]: a list of `num_layers` arrays (B, heads, tokens, tokens)."""
-        model = _ATTENTION_MODELS.get(self)
-        if model is None:  # built once per model, so repeated calls do not retrace
-            model = _ATTENTION_MODELS[self] = self.attention_model()
-        outputs = model.predict(images, batch_size=batch_size, verbose=0)
-        if not isinstance(outputs, (list, tuple)):  # one block: Keras returns the array itself
-            outputs = [outputs]
-        return list(outputs)
-
-    def _resolve_auto_jit_compile(self):
-        """What `jit_compile="auto"` (the default of `compile`, so of `fit`; and what
-        `predict` uses on a model never compiled) means: the rule of
-        `keras_vit.compilation`, from the backend, the compute dtype and the CPU
-        (docs/speed.md); Keras' own choice where that rule defers to it (a GPU/TPU
-        with TensorFlow, a tf.distribute strategy). An explicit `jit_compile` always
-        wins (Keras may still call this while setting it, and drops the answer).
-
-        A private Keras hook, overridden because it is the only one: Keras calls it
-        both from `compile(jit_compile="auto")` and when the `jit_compile` property
-        is first read (`predict` on an uncompiled model); no public argument
-        changes what "auto" means."""
-        from keras_vit import compilation
-
-        choice = compilation.resolve_auto_jit_compile(self)
-        return super()._resolve_auto_jit_compile() if choice is None else choice
 
     # -- Serialisation ------------------------------------------------------------
 
@@ -608,116 +425,6 @@ class VisionTransformer(keras.Model):
         return cls(**config)
 
 
-def _input_arguments(image_size, channels, input_shape, input_tensor):
-    """image_size, channels (None where none of the arguments says) and
-    dynamic_size (height and width None) from keras.applications' input_shape /
-    input_tensor."""
-    if input_tensor is not None:
-        if not keras.backend.is_keras_tensor(input_tensor):
-            raise ValueError(
-                "input_tensor must be a Keras tensor (keras.Input or a layer's "
-                f"output), got {type(input_tensor).__name__}."
-            )
-        if len(input_tensor.shape) != 4:
-            raise ValueError(
-                "input_tensor must be images (batch, height, width, channels), "
-                f"got shape {tuple(input_tensor.shape)}."
-            )
-        tensor_shape = tuple(input_tensor.shape[1:])
-        if input_shape is not None and tuple(input_shape) != tensor_shape:
-            raise ValueError(
-                f"input_shape={tuple(input_shape)} disagrees with the shape "
-                f"{tensor_shape} of input_tensor."
-            )
-        input_shape = tensor_shape
-    if input_shape is None:
-        return {"image_size": image_size, "channels": channels, "dynamic_size": False}
-    input_shape = tuple(input_shape)
-    if len(input_shape) != 3:
-        raise ValueError(f"input_shape must be (height, width, channels), got {input_shape}.")
-    height, width, depth = input_shape
-    if (height is None) != (width is None):
-        raise ValueError(
-            f"input_shape={input_shape}: give both height and width (a fixed "
-            "resolution) or neither (None, None: any resolution at call time)."
-        )
-    if depth is None or int(depth) < 1:
-        raise ValueError(f"input_shape={input_shape}: the number of channels must be given.")
-    if channels is not None and int(channels) != int(depth):
-        raise ValueError(f"channels={channels!r} disagrees with input_shape={input_shape}.")
-    if height is None:  # any resolution; image_size is the position embeddings'
-        return {"image_size": image_size, "channels": int(depth), "dynamic_size": True}
-    size = (int(height), int(width))
-    if image_size is not None and to_pair(image_size, "image_size") != size:
-        raise ValueError(
-            f"image_size={image_size!r} disagrees with input_shape="
-            f"{input_shape} (height, width {size})."
-        )
-    return {"image_size": size, "channels": int(depth), "dynamic_size": False}
-
-
-def _normalised(arguments):
-    """The constructor's arguments (a dict) with keras.applications' folded in:
-    `input_shape` / `input_tensor` into image_size, channels and dynamic_size
-    (`_input_arguments`), `classes` into num_classes; `resnet` normalised."""
-    a = dict(arguments)
-    input_shape, classes = a.pop("input_shape"), a.pop("classes")
-    a["resnet"] = resnet_spec(a["resnet"])
-    a.update(_input_arguments(a["image_size"], a["channels"], input_shape, a["input_tensor"]))
-    a["num_classes"] = _alias("num_classes", a["num_classes"], "classes", classes)
-    return a
-
-
-def _alias(name, value, alias, alias_value):
-    """`value`, or `alias_value` where only that is given; both: they must agree."""
-    if value is not None and alias_value is not None and value != alias_value:
-        raise ValueError(
-            f"{name}={value!r} and {alias}={alias_value!r} disagree "
-            f"({alias} is an alias of {name})."
-        )
-    return value if value is not None else alias_value
-
-
-def _defaults(arguments):
-    """Complete arguments for `_build`: defaults where nothing (not even a
-    checkpoint) gave a value, checked."""
-    a = dict(arguments)
-    a["image_size"] = to_pair(a["image_size"] or 224, "image_size")
-    a["channels"] = int(a["channels"] or 3)
-    a["classifier"] = a["classifier"] or "token"
-    if a["representation_size"] is NOT_GIVEN:
-        a["representation_size"] = None
-    if a["num_classes"] is None:
-        a["num_classes"] = 1000
-    for key, default in FAMILY_DEFAULTS.items():
-        if a[key] is None:
-            a[key] = default
-        elif key != "layer_norm_epsilon" and not isinstance(a[key], bool):
-            raise ValueError(f"{key} must be True or False, got {a[key]!r}.")
-    a["preprocessing"] = check_preprocessing(a["preprocessing"], a["channels"])
-    epsilon = a["layer_norm_epsilon"]
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not epsilon > 0:
-        raise ValueError(f"layer_norm_epsilon must be a positive number, got {epsilon!r}.")
-    num_classes = a["num_classes"]
-    if not isinstance(num_classes, numbers.Integral) or isinstance(num_classes, bool):
-        raise ValueError(f"num_classes (or classes) must be an int, got {num_classes!r}.")
-    if num_classes < 1:
-        raise ValueError(f"num_classes (or classes) must be at least 1, got {num_classes}.")
-    if a["classifier"] not in ("token", "gap"):
-        raise ValueError(f"classifier must be 'token' or 'gap', got {a['classifier']!r}.")
-    pooling = a["pooling"]
-    if pooling is not NOT_GIVEN and pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS} (or not given), got {pooling!r}.")
-    if pooling == "token" and a["classifier"] != "token" and not a["include_top"]:
-        raise ValueError(
-            "pooling='token': this model has no class token (classifier="
-            f"{a['classifier']!r}); use 'avg', 'max' or None."
-        )
-    if a["classifier_activation"] is not None:
-        keras.activations.get(a["classifier_activation"])  # unknown names raise here
-    return a
-
-
 def _pooled(tokens, pooling, classifier, grid_size, patch_map, dtype):
     """The headless output `pooling` asks for, from the encoder's output."""
     if pooling == "token":
@@ -727,7 +434,7 @@ def _pooled(tokens, pooling, classifier, grid_size, patch_map, dtype):
         to_map = PatchTokenMap(
             grid_size if patch_map is None else None, prefix, name="feature_map", dtype=dtype
         )
-        return to_map(_on_grid(tokens, patch_map))
+        return to_map(on_grid(tokens, patch_map))
     patches = tokens
     if prefix:  # the class token is not a patch
         patches = keras.layers.Cropping1D((prefix, 0), name="patch_tokens", dtype=dtype)(tokens)
@@ -736,99 +443,10 @@ def _pooled(tokens, pooling, classifier, grid_size, patch_map, dtype):
     return keras.layers.GlobalMaxPooling1D(name="pool", dtype=dtype)(patches)
 
 
-def _embed(images, resnet, patch_embedding, class_token, dynamic_size):
-    """The encoder's input for images (batch, height, width, channels).
-
-    Args:
-        resnet: a hybrid's ResNet layers [stem, block1, ...], or [].
-        class_token: the ClassToken layer, or None ('gap' models).
-        dynamic_size: whether the grid is known only at call time.
-    Returns:
-        (resnet_outputs, tokens, patch_map): the outputs of the ResNet layers in
-        order; the tokens (batch, prefix + rows*cols, hidden), class token first;
-        the patch map (batch, rows, cols, hidden) that carries the grid of a
-        dynamic-size model (None for a fixed size: the graph is then the same as
-        if dynamic sizes did not exist).
-    """
-    x, resnet_outputs = images, []
-    for layer in resnet:
-        x = layer(x)
-        resnet_outputs.append(x)
-    if dynamic_size:
-        x, patch_map = patch_embedding(x, return_map=True)
-    else:
-        x, patch_map = patch_embedding(x), None
-    if class_token is not None:
-        x = class_token(x)
-    return resnet_outputs, x, patch_map
-
-
-def _on_grid(tokens, patch_map):
-    """The input of a layer that reads the token grid (position embedding,
-    encoder, `PatchTokenMap`): the tokens alone for a fixed grid, else the pair
-    (tokens, patch_map), whose shape gives the grid of each batch."""
-    return tokens if patch_map is None else (tokens, patch_map)
-
-
-def _numbers(argument, values, first, last, what, absent=False):
-    """`feature_extractor`'s block / stage numbers: sorted, deduplicated, negative
-    ones counted from the end (-1: `last`). True: all of first..last."""
-    if values is None or values is False:
-        values = ()
-    elif values is not True and isinstance(values, int):
-        values = (values,)
-    if values is not True:
-        try:
-            values = tuple(values)
-        except TypeError:
-            raise ValueError(
-                f"feature_extractor: {argument} must be an int or a sequence of ints, "
-                f"got {values!r}."
-            ) from None
-    if absent and (values is True or values):
-        raise ValueError(
-            f"feature_extractor: {argument}={values!r}, but this model is not a hybrid: "
-            "it has no ResNet."
-        )
-    if values is True:
-        values = tuple(range(first, last + 1))
-    numbers = set()
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"feature_extractor: {argument} must be ints, got {value!r}.")
-        number = value + last + 1 if value < 0 else value
-        if not first <= number <= last:
-            raise ValueError(
-                f"feature_extractor: {what} {value} is out of range: this model has "
-                f"{what}s {first}..{last} (or -1..-{last - first + 1} from the end)."
-            )
-        numbers.add(number)
-    return sorted(numbers)
-
-
 def _serialize_activation(activation):
     if activation is None or isinstance(activation, str):
         return activation
     return keras.activations.serialize(activation)
-
-
-def _token_grid(resnet, patch_embedding, image_size):
-    """The token grid (rows, cols) of images of `image_size`: patches of the image,
-    or of a hybrid's ResNet feature map (its size from the layers' shapes)."""
-    if not resnet:
-        return patch_embedding.grid_size(image_size)
-    shape = (None, *image_size, None)
-    for layer in resnet:
-        shape = layer.compute_output_shape(shape)
-    feature_size = tuple(shape[1:3])
-    ph, pw = patch_embedding.patch_size
-    if feature_size[0] % ph or feature_size[1] % pw:
-        raise ValueError(
-            f"image size {image_size[0]}x{image_size[1]} gives a ResNet feature map of "
-            f"{feature_size[0]}x{feature_size[1]}, not a multiple of the patch size "
-            f"{ph}x{pw}."
-        )
-    return feature_size[0] // ph, feature_size[1] // pw
 
 
 def _float32_outputs(dtype):

@@ -5,8 +5,8 @@ working and one that fails when Keras no longer needs it (tests/test_keras_worka
 tests/test_grad_accum.py). They use Keras internals, so they are written against the
 Keras versions in TESTED_KERAS; `check_keras_version` warns on any other (and fails in
 CI, where CI=true). The library has one more, kept in the library because keras_vit
-does not import the trainers: `VisionTransformer._resolve_auto_jit_compile`
-(keras_vit/compilation.py).
+does not import the trainers: `VisionTransformer._resolve_auto_jit_compile` (its mixin
+`AutoJitCompile`, keras_vit/compilation.py).
 
 1. `ClipAfterAllReduce` (trainers/optimizers.py): Keras 3 clips in `Optimizer.apply`
    before the TF backend all-reduces gradients across replicas, so `global_clipnorm`
