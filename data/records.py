@@ -33,7 +33,6 @@ _FEATURES = {
     ENCODED_KEY: tf.io.FixedLenFeature([], tf.string),
     LABEL_KEY: tf.io.VarLenFeature(tf.int64),
 }
-_LABEL_FEATURES = {LABEL_KEY: _FEATURES[LABEL_KEY]}
 
 
 class DataError(ValueError):
@@ -58,12 +57,20 @@ def serialize_example(encoded, labels):
     ).SerializeToString()
 
 
-def parse_example(serialized):
+def _features(image_key, label_key):
+    return {
+        image_key: tf.io.FixedLenFeature([], tf.string),
+        label_key: tf.io.VarLenFeature(tf.int64),
+    }
+
+
+def parse_example(serialized, image_key=ENCODED_KEY, label_key=LABEL_KEY):
     """A serialized example (scalar tf.string) -> (encoded image (scalar tf.string),
     labels (L,) int64). Fails (InvalidArgumentError) on bytes that are not an
-    example with an image."""
-    features = tf.io.parse_single_example(serialized, _FEATURES)
-    return features[ENCODED_KEY], tf.sparse.to_dense(features[LABEL_KEY])
+    example with an image. The keys are ours by default; a dataset read as it is
+    (data/readers.py: TFDS, ImageNet layout) names its own."""
+    features = tf.io.parse_single_example(serialized, _features(image_key, label_key))
+    return features[image_key], tf.sparse.to_dense(features[label_key])
 
 
 def parse_examples(serialized, missing_label=-1):
@@ -75,10 +82,11 @@ def parse_examples(serialized, missing_label=-1):
     return features[ENCODED_KEY], labels
 
 
-def parse_labels(serialized):
+def parse_labels(serialized, label_key=LABEL_KEY):
     """Serialized examples (B,) -> their labels as a SparseTensor (B, L) int64,
     read without the image feature."""
-    return tf.io.parse_example(serialized, _LABEL_FEATURES)[LABEL_KEY]
+    features = {label_key: tf.io.VarLenFeature(tf.int64)}
+    return tf.io.parse_example(serialized, features)[label_key]
 
 
 # --- the manifest ------------------------------------------------------------------
@@ -143,7 +151,8 @@ def read_manifest(data_dir):
 
 @dataclasses.dataclass
 class Split:
-    """The records of a split: `counts[i]` records of `files[i]`, in manifest order."""
+    """The records of a split: `counts[i]` records of `files[i]` after its first
+    `starts[i]` (none: 0 each; a slice of a TFDS split starts inside a file), in order."""
 
     name: str
     files: list  # full paths, in manifest order
@@ -151,6 +160,11 @@ class Split:
     num_examples: int
     skipped_records: int = 0
     corrupt_files: tuple = ()
+    starts: tuple = ()  # records skipped at the start of each file; () for none
+
+    def file_starts(self):
+        """`starts`, or 0 for every file."""
+        return list(self.starts) if self.starts else [0] * len(self.files)
 
 
 def split_records(data_dir, split, manifest=None):
@@ -187,16 +201,29 @@ def first_examples(info, max_examples):
         counts.append(min(count, left))
         left -= counts[-1]
     keep = [i for i, count in enumerate(counts) if count]
+    starts = info.file_starts()
     return dataclasses.replace(
         info,
         files=[info.files[i] for i in keep],
         counts=[counts[i] for i in keep],
         num_examples=int(max_examples),
+        starts=tuple(starts[i] for i in keep) if info.starts else (),
     )
 
 
 def read_records(info):
     """tf.data of the serialized records of `info` (a `Split`), in manifest order:
-    the first `counts[i]` records of each `files[i]`."""
-    ds = tf.data.Dataset.from_tensor_slices((info.files, tf.constant(info.counts, tf.int64)))
-    return ds.flat_map(lambda f, c: tf.data.TFRecordDataset(f).take(c))
+    `counts[i]` records of each `files[i]`, after its first `starts[i]`."""
+    ds = tf.data.Dataset.from_tensor_slices(
+        (
+            info.files,
+            tf.constant(info.file_starts(), tf.int64),
+            tf.constant(info.counts, tf.int64),
+        )
+    )
+    return ds.flat_map(file_records)
+
+
+def file_records(path, start, count):
+    """tf.data of `count` records of the TFRecord file `path` after its first `start`."""
+    return tf.data.TFRecordDataset(path).skip(start).take(count)
