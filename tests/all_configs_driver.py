@@ -8,11 +8,15 @@ the suite's time down; each config alone would pay TensorFlow's start-up again).
 Each config (`specs()`: every configs/*.py with a `get_config`, with its default arguments;
 vtab1k in its `vtab1k:TASK` form) is resolved by trainers/train_config.py as the trainers
 resolve it, with `TINY` on top as command-line overrides, and trained by `train_lib.run`
-into DIR/<config>. A config that resolves to the very config of one trained before (at
-TINY's sizes cifar100 is cifar10, flowers is pets) is the same run, and is not trained
-again. Prints one line per config: `ok <spec> <mode> step=<n> jit_compile=<bool>`, `same
-<spec> <spec trained>`, or `FAIL <spec>: <error>` (its traceback on stderr); exits with 1
-when any failed.
+into DIR/<config>, once per code path: `path_key` says which choices of the resolved
+config take another path through the trainers and the model (objective, loss, model kind,
+optimizer, schedule, crop, AugReg augmentation, mixed precision, ...), and which are only
+values (learning rate, steps, sizes, ...). The first config of each path trains; a config
+whose path is already trained is only validated (`validate`: resolved, checked, its plan
+made and its tiny model built and compiled under the strategy, not trained). Prints one
+line per config: `ok <spec> <mode> step=<n> jit_compile=<bool>`, `same <spec> <spec
+trained> <mode> jit_compile=<bool>`, or `FAIL <spec>: <error>` (its traceback on stderr);
+exits with 1 when any failed.
 """
 
 import argparse
@@ -76,6 +80,225 @@ def resolve(spec):
     return mode, train_config.resolve(config, mode, tiny_overrides(config))
 
 
+# --- code paths ------------------------------------------------------------------------
+
+# Keys of the resolved config (dotted) whose value is the path: each value its own code.
+CHOICE_KEYS = (
+    "objective",
+    "optimizer",
+    "decay_type",
+    "freeze",
+    "mixed_precision",
+    "jit_compile",  # as requested: with mixed_precision, deterministic_ops and the
+    "deterministic_ops",  # strategy, what "auto" resolves to (the same on one path)
+    "input.augment",  # the crop
+    "input.flip",
+    "input.shard_by",
+    "input.strict",
+    "input.synthetic",
+)
+# Keys that take another path only when on, with the value that is off.
+SWITCH_KEYS = {
+    "grad_clip_norm": 0.0,
+    "ema_momentum": 0.0,
+    "weight_decay": 0.0,
+    "momentum": 0.0,
+    "warmup_steps": 0,
+    "grad_accum_steps": 1,
+    "steps_per_execution": 1,
+    "layer_decay": 1.0,
+    "weight_decay_exclude": (),
+    "train_examples": 0,
+}
+# Keys read through their own rule in `path_key` (the objective's, the augmentation's,
+# the model's and the evaluators').
+RULE_KEYS = (
+    "loss",
+    "label_smoothing",
+    "masked_patch.target",
+    "input.aug_setting",
+    "input.randaug",
+    "input.mixup",
+    "input.cutmix",
+    "model",
+    "model_overrides",
+    "evals",
+)
+# Keys that are values only: another value takes the same path.
+VALUE_KEYS = (
+    "seed",
+    "image_size",
+    "num_classes",
+    "total_steps",
+    "batch_size",
+    "learning_rate",
+    "linear_end",
+    "beta1",
+    "beta2",
+    "checkpoint_every",
+    "train_split",
+    "input.area_range",
+    "input.shuffle_buffer",
+    "input.verify_max_bytes",
+    "input.max_pixels",
+    "masked_patch.bits",
+    "masked_patch.corruption_rate",
+    "masked_patch.mask_prob",
+    "masked_patch.random_prob",
+    "vtab_task",  # configs/vtab1k.py's task and its TFDS name: the data's, not the trainer's
+    "tfds_name",
+)
+# VisionTransformer arguments (as the model resolves them) that are the path; every other
+# argument (sizes, names, dtype, image size, classes, normalisation constants) is a value.
+MODEL_CHOICES = ("classifier", "include_top", "pooling", "approximate_gelu", "fc_norm")
+MODEL_SWITCHES = ("representation_size", "dropout_rate", "attention_dropout_rate")
+MODEL_VALUES = (
+    "image_size",
+    "channels",
+    "patch_size",
+    "hidden_size",
+    "mlp_dim",
+    "num_heads",
+    "num_layers",
+    "num_classes",
+    "layer_norm_epsilon",
+    "preprocessing",
+    "classifier_activation",
+    "input_tensor",
+    "dynamic_size",
+    "name",
+    "dtype",
+    "trainable",
+    "stochastic_depth_rate",  # its own rule: on or off
+    "resnet",  # its own rule: none, the stem alone, or stages
+)
+
+
+def _flat(node, prefix=""):
+    """{dotted key: value} of a config's leaves; `model`, `model_overrides` and `evals`
+    stay whole (RULE_KEYS)."""
+    out = {}
+    for key, value in node.items():
+        dotted = prefix + key
+        if hasattr(value, "items") and dotted not in ("model", "model_overrides", "evals"):
+            out.update(_flat(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def model_arguments(config):
+    """The VisionTransformer arguments `config`'s model is built with, complete (the
+    variant's sizes, the config's model and model_overrides, the model's defaults), as
+    keras_vit resolves them."""
+    from keras_vit import variants
+    from keras_vit import vision_transformer as vt
+
+    spec = config.model.to_dict() if hasattr(config.model, "to_dict") else config.model
+    spec = {"variant": spec} if isinstance(spec, str) else dict(spec)
+    variant = spec.pop("variant", None)
+    arch = {**variants.VARIANTS, **variants.HYBRID_VARIANTS}[variant] if variant else {}
+    overrides = {k: v for k, v in config.model_overrides.to_dict().items() if v is not None}
+    arguments = {**arch, **spec, **overrides, "image_size": config.image_size}
+    return vt._defaults(vt.VisionTransformer.given_arguments(**arguments))
+
+
+def unclassified_keys(config):
+    """The keys of `config` (resolved) and of its model's arguments that `path_key` does
+    not know as a path or as a value: each new key must be put in one of the tables."""
+    known = {*CHOICE_KEYS, *SWITCH_KEYS, *RULE_KEYS, *VALUE_KEYS}
+    model = {*MODEL_CHOICES, *MODEL_SWITCHES, *MODEL_VALUES}
+    return sorted(
+        [k for k in _flat(config) if k not in known]
+        + [f"model:{k}" for k in model_arguments(config) if k not in model]
+    )
+
+
+def path_key(mode, config):
+    """The code path a run of `config` (resolved, for `mode`) takes through the trainers
+    and the model, as a sorted tuple of (name, value): two configs with one key take the
+    same path and differ only in hyper-parameter values. A function of the resolved
+    config, so a config with a new choice is a new path without anyone listing it."""
+    from keras_vit_trainers import augment
+
+    flat = _flat(config)
+    missing = unclassified_keys(config)
+    if missing:
+        raise ValueError(
+            f"all_configs_driver.path_key: config keys {missing} are neither a path nor a "
+            "value: add each to CHOICE_KEYS, SWITCH_KEYS, VALUE_KEYS or the MODEL_ tables"
+        )
+    key = {"mode": mode}  # which trainer (pretrain.py, finetune.py) and its defaults
+    key.update({k: flat[k] for k in CHOICE_KEYS if k in flat})
+    for k, off in SWITCH_KEYS.items():
+        if k in flat:
+            key[k] = (flat[k] or off) != off
+    if config.objective == "classification":
+        key["loss"] = config.loss
+        key["label_smoothing"] = bool(config.label_smoothing)
+    elif config.objective == "masked_patch":
+        key["masked_patch.target"] = config.masked_patch.target
+    aug = augment.resolve(config.input)
+    key.update({f"augment.{k}": bool(aug[k]) for k in ("randaug", "mixup", "cutmix")})
+    model = model_arguments(config)
+    key.update({f"model.{k}": model[k] for k in MODEL_CHOICES})
+    key.update({f"model.{k}": bool(model[k]) for k in MODEL_SWITCHES})
+    key["model.stochastic_depth"] = bool(model["stochastic_depth_rate"])
+    resnet = model["resnet"]
+    key["model.resnet"] = None if resnet is None else ("stages" if resnet["num_layers"] else "stem")
+    key["evals"] = tuple(sorted({e["type"] for e in config.evals.to_dict().values()}))
+    return tuple(sorted((k, v if not isinstance(v, list) else tuple(v)) for k, v in key.items()))
+
+
+def validate(spec, mode, resolved, strategy, data_dir, model_dir):
+    """What `train_lib.run` does before training, without training: the config checked
+    (config_checks.check), its plan made, its tiny model built and compiled under
+    `strategy` with the input spec it would read. Returns the resolved jit_compile."""
+    import keras
+    from keras_vit_trainers import (
+        config_checks,
+        evaluators,
+        input_pipeline,
+        input_spec,
+        objectives,
+        train_lib,
+    )
+
+    run_dir = os.path.join(model_dir, spec.replace(":", "_"), "checkpoints")
+    os.makedirs(run_dir, exist_ok=True)
+    try:
+        manifest = input_pipeline.read_manifest(data_dir)
+        num_classes = resolved.num_classes or int(manifest["num_classes"])
+        sizes = train_lib.plan(resolved, strategy, run_dir)
+        jit_compile = config_checks.check(
+            resolved,
+            strategy,
+            data_dir=data_dir,
+            num_classes=num_classes,
+            total_steps=sizes.total_steps,
+        )
+        train_lib._set_precision(resolved, strategy)
+        objective = objectives.get(resolved.objective)
+        model = train_lib.build(
+            resolved, strategy, objective, num_classes, sizes, None, jit_compile
+        )
+        spec_ = input_spec.InputSpec.from_config(
+            resolved,
+            num_classes,
+            bool(manifest.get("multi_label", False)),
+            objective,
+            preprocessing=getattr(getattr(model, "backbone", model), "preprocessing", None),
+        )
+        evaluators.build(
+            resolved.evals, evaluators.Context(data_dir, spec_, objective, strategy, sizes.batch)
+        )
+        if not model.built or not model.count_params():
+            raise RuntimeError(f"{spec}: the model did not build")
+    finally:
+        keras.backend.clear_session()
+    return jit_compile
+
+
 def train(spec, mode, resolved, strategy, data_dir, model_dir):
     """Trains `resolved` one step; returns the run's metrics."""
     import keras
@@ -104,13 +327,15 @@ def main(argv=None):
     from keras_vit_trainers import strategy as strategy_lib
 
     strategy = strategy_lib.make_strategy(args.strategy, None, args.cpu_replicas)
-    failed, trained = 0, {}  # the config (as JSON) -> the spec trained with it
+    failed, trained = 0, {}  # path_key -> the spec trained on that path
     for spec in specs():
         try:
             mode, resolved = resolve(spec)
-            key = mode + resolved.to_json(sort_keys=True)
+            key = path_key(mode, resolved)
             if key in trained:
-                print(f"same {spec} {trained[key]}")
+                jit = validate(spec, mode, resolved, strategy, args.data_dir, args.model_dir)
+                print(f"same {spec} {trained[key]} {mode} jit_compile={jit}")
+                sys.stdout.flush()
                 continue
             metrics = train(spec, mode, resolved, strategy, args.data_dir, args.model_dir)
             trained[key] = spec
