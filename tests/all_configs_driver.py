@@ -191,7 +191,7 @@ def model_arguments(config):
     """The VisionTransformer arguments `config`'s model is built with, complete (the
     variant's sizes, the config's model and model_overrides, the model's defaults), as
     keras_vit resolves them."""
-    from keras_vit import variants
+    from keras_vit import applications_args, variants
     from keras_vit import vision_transformer as vt
 
     spec = config.model.to_dict() if hasattr(config.model, "to_dict") else config.model
@@ -200,7 +200,7 @@ def model_arguments(config):
     arch = {**variants.VARIANTS, **variants.HYBRID_VARIANTS}[variant] if variant else {}
     overrides = {k: v for k, v in config.model_overrides.to_dict().items() if v is not None}
     arguments = {**arch, **spec, **overrides, "image_size": config.image_size}
-    return vt._defaults(vt.VisionTransformer.given_arguments(**arguments))
+    return applications_args.with_defaults(vt.VisionTransformer.given_arguments(**arguments))
 
 
 def unclassified_keys(config):
