@@ -66,6 +66,8 @@ def read_split(directory, split, alternative=""):
     if missing:
         raise DataError(
             f"Fashion-MNIST IDX file(s) missing: {', '.join(missing)}. Install the Debian "
-            "package dataset-fashion-mnist (`make data`)" + (f", or {alternative}" if alternative else "") + "."
+            "package dataset-fashion-mnist (`make data`)"
+            + (f", or {alternative}" if alternative else "")
+            + "."
         )
     return read_idx(paths[0]), read_idx(paths[1])

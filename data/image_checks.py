@@ -39,5 +39,3 @@ def image_problem(encoded, max_pixels=image_header.DEFAULT_MAX_PIXELS):
     if pixels < 0 or not decodes(encoded):
         return "not a decodable image"
     return None
-
-

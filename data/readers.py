@@ -80,7 +80,9 @@ class Reader:
         """Serialized examples (B,) -> their labels (SparseTensor (B, L) int64, offset
         applied), read without the image."""
         labels = records.parse_labels(serialized, self.label_key)
-        return tf.SparseTensor(labels.indices, labels.values - self.label_offset, labels.dense_shape)
+        return tf.SparseTensor(
+            labels.indices, labels.values - self.label_offset, labels.dense_shape
+        )
 
 
 def open_reader(data_dir, dataset=None, *, tfds_data_dir=None, num_classes=None, label_offset=None):

@@ -183,5 +183,3 @@ def get_source(
     if source.startswith("tfds:"):
         return (*tfds_source(source[len("tfds:") :], tfds_data_dir), {})
     raise ValueError(f"--source={source!r}: expected fashion_mnist, folder:PATH or tfds:NAME")
-
-

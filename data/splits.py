@@ -86,5 +86,3 @@ def first_examples(info, max_examples):
 
 def get_num_classes(data_dir):
     return int(records.read_manifest(data_dir)["num_classes"])
-
-

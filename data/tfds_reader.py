@@ -37,7 +37,7 @@ def open_tfds(name, data_dir):
             f"{data_dir or 'its default data_dir'} ({first})"
         ) from e
     info = builder.info
-    if not builder.is_prepared() if hasattr(builder, "is_prepared") else not info.splits:
+    if not builder.is_prepared():
         raise DataError(
             f"--config.input.dataset=tfds:{name} is not prepared in {builder.data_dir}: run "
             f"`tfds build {name} --data_dir={data_dir or '~/tensorflow_datasets'}` first "
@@ -94,6 +94,7 @@ def feature_keys(name, features, supervised_keys=None):
     """(image feature, label feature) of an image classification dataset: the
     supervised keys where they are an Image and a ClassLabel (or a Sequence of them),
     else the one Image feature and a 'label' / 'labels' feature."""
+    features = dict(features.items())
     if supervised_keys and len(supervised_keys) == 2:
         image_key, label_key = supervised_keys
         if _is_image(features.get(image_key)) and _is_label(features.get(label_key)):

@@ -107,7 +107,13 @@ def make_tfrecords(
     else:
         split_sources, class_names, multi_label = source
         split_sources = {
-            k: (n, ((e if isinstance(e, bytes) else image_checks.encode_png(e), l, *rest) for e, l, *rest in it))
+            k: (
+                n,
+                (
+                    (e if isinstance(e, bytes) else image_checks.encode_png(e), l, *rest)
+                    for e, l, *rest in it
+                ),
+            )
             for k, (n, it) in split_sources.items()
         }
         source = "arrays"
