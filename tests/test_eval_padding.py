@@ -39,3 +39,30 @@ def test_padding_rows_count_in_no_metric(tmp_path):
     assert abs(results[objective.metric_name] - accuracy) < 1e-6
     per_example = objective.loss(config, reduction=None)(labels, logits.astype("float32"))
     np.testing.assert_allclose(results[objective.loss_metric_name], np.mean(per_example), rtol=1e-5)
+
+
+def test_the_evaluators_history_has_the_per_example_loss(tmp_path):
+    """metrics.json's evals.<name>.history holds the loss of the split's examples, not
+    Keras' "loss" over the padded rows (the same split unpadded gives the same value)."""
+    import tensorflow as tf
+    from keras_vit_trainers import evaluators
+
+    data = str(tmp_path / "data")
+    testing.make_tiny_data(data, n_train=16, n_test=N_TEST, per_shard=64)
+    overrides = {f"model.{k}": v for k, v in testing.TINY_MODEL.items()}
+    config = train_config.resolve(
+        fashion_mnist.get_config(), "pretrain", {"evals": {}, **overrides}
+    )
+    objective = objectives.get("classification")
+    plan = train_lib.Plan(BATCH, 1, 1, 1000, 1000, 0, str(tmp_path / "checkpoints"))
+    strategy = tf.distribute.get_strategy()
+    model = train_lib.build(config, strategy, objective, 4, plan, None, False)
+    spec = InputSpec.from_config(config, 4, False, objective)
+    losses = {}
+    for batch in (BATCH, N_TEST):  # padded (11 rows of weight 0), then one whole batch
+        context = evaluators.Context(data, spec, objective, strategy, batch)
+        evaluator = evaluators.Classification("test", 0, context, split="test")
+        evaluator.run(model, step=7)
+        losses[batch] = evaluator.history[7]["loss"]
+        assert losses[batch] == evaluator.scalars[7]["loss"]
+    np.testing.assert_allclose(losses[BATCH], losses[N_TEST], rtol=1e-5)

@@ -120,7 +120,11 @@ class Classification(Evaluator):
             objective.metric_name: float(results[objective.metric_name]),
             "loss": float(results[objective.loss_metric_name]),
         }
-        return self.record(step, {k: float(v) for k, v in results.items()}, scalars)
+        results = {k: float(v) for k, v in results.items()}
+        # Keras' own "loss" averages over the weight-0 rows that pad the split to whole
+        # batches too; the history (metrics.json) keeps the per-example loss instead.
+        results["loss"] = scalars["loss"]
+        return self.record(step, results, scalars)
 
 
 @register("fewshot")
