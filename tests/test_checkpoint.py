@@ -87,6 +87,14 @@ def test_pickled_objects_are_rejected(tmp_path):
         build(weights=str(path))
 
 
+def test_random_bytes_are_named_as_not_an_archive_with_no_advice_to_unpickle(tmp_path):
+    path = tmp_path / "random.npz"
+    path.write_bytes(np.random.default_rng(0).bytes(4096))
+    with pytest.raises(CheckpointError, match="random.npz is not an .npz checkpoint") as info:
+        build(weights=str(path))
+    assert "pickle" not in str(info.value)
+
+
 def test_other_architecture_names_first_mismatched_key(ckpt):
     with pytest.raises(CheckpointError) as info:
         build(hidden_size=32, weights=ckpt[0])

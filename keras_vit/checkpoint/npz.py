@@ -45,6 +45,15 @@ def read_npz(path):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Checkpoint file not found: {path}")
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):
+        # np.load takes any other bytes for a pickle and answers with advice to load it
+        # unsafely; what the file is not is the useful answer.
+        raise CheckpointError(
+            f"{path} is not an .npz checkpoint: it starts with {magic!r}, not a zip archive "
+            "(np.savez) header."
+        )
     try:
         archive = np.load(path, allow_pickle=False)
         if not isinstance(archive, np.lib.npyio.NpzFile):
