@@ -19,12 +19,13 @@ DEMO_DATA_DIR = os.path.join(ROOT, "runs", "data", "fashion_mnist")
 
 def trainer_command(trainer, config, data_dir, model_dir, *extra):
     """`python trainers/<trainer>.py --config=... --data_dir=... --model_dir=... EXTRA`
-    (trainer: pretrain | finetune) as an argument list."""
+    (trainer: pretrain | finetune) as an argument list; no --data_dir for None (a
+    dataset named by the config, e.g. TFDS's)."""
     return [
         PY,
         os.path.join(ROOT, "trainers", f"{trainer}.py"),
         f"--config={config}",
-        f"--data_dir={data_dir}",
+        *([f"--data_dir={data_dir}"] if data_dir is not None else []),
         f"--model_dir={model_dir}",
         *extra,
     ]

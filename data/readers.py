@@ -110,6 +110,11 @@ def open_reader(data_dir, dataset=None, *, tfds_data_dir=None, num_classes=None,
     return open_manifest(data_dir)
 
 
+def as_reader(data):
+    """`data` if it is a `Reader`, else the `Reader` of the data directory `data`."""
+    return data if isinstance(data, Reader) else open_manifest(data)
+
+
 def open_manifest(data_dir):
     """The `Reader` of a data directory written by tools/make_tfrecords.py."""
     if data_dir and tf.io.gfile.isdir(data_dir):

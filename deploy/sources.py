@@ -2,7 +2,6 @@
 variant with weights; and the class names that label its outputs."""
 
 import json
-import os
 
 import keras_vit
 from keras_vit import run_directory
@@ -51,13 +50,14 @@ def load_model(run_dir=None, model=None, weights=None, num_classes=None, image_s
     return build_named(model, weights, num_classes, image_size)
 
 
-def read_class_names(path, num_classes):
+def read_class_names(path, num_classes=None):
     """Class names from a text file (one per line) or a JSON file with a
-    'class_names' list (tools/make_tfrecords.py's manifest.json); there must be
-    exactly `num_classes` of them."""
-    if not os.path.isfile(path):
+    'class_names' list (tools/make_tfrecords.py's manifest.json, a run's
+    class_names.json); there must be exactly `num_classes` of them (None: any number).
+    Local or remote paths (`keras_vit.run_directory`'s file I/O)."""
+    if not run_directory.exists(path):
         raise SourceError(f"--class_names={path}: no such file.")
-    with open(path, encoding="utf-8") as f:
+    with run_directory.open_file(path) as f:
         if path.endswith(".json"):
             try:
                 names = json.load(f).get("class_names")
@@ -67,7 +67,7 @@ def read_class_names(path, num_classes):
                 raise SourceError(f"{path}: no 'class_names' list.")
         else:
             names = [line.rstrip("\r\n") for line in f if line.strip()]
-    if len(names) != num_classes:
+    if num_classes is not None and len(names) != num_classes:
         raise SourceError(
             f"{path} has {len(names)} class names; the model has {num_classes} classes."
         )

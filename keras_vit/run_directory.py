@@ -14,6 +14,8 @@ trainers/finetune.py): the one place that knows its layout.
     RUN/model.weights.h5     final model weights (EMA weights when EMA is on),
                              no optimizer state
     RUN/model_config.json    the model's get_config(): `read_model` rebuilds it
+    RUN/class_names.json     {"class_names": [...]}: the data's class names, where it
+                             names them (the exports label their outputs with them)
 
 Everyone who reads or writes a run goes through this module: the trainers,
 `deploy/` and the tools, and `keras_vit.load_weights(model, RUN)` (through
@@ -41,6 +43,7 @@ LEARNING_CURVE = "learning_curve.png"
 METRICS = "metrics.json"
 WEIGHTS = "model.weights.h5"
 MODEL_CONFIG = "model_config.json"
+CLASS_NAMES = "class_names.json"
 # The model a run exports, by its name in Keras' registry of serialisable classes
 # (`keras_vit.VisionTransformer`'s `register_keras_serializable`).
 MODEL_CLASS = "keras_vit>VisionTransformer"
@@ -132,6 +135,10 @@ class RunDirectory:
     @property
     def model_config(self):
         return self.file(MODEL_CONFIG)
+
+    @property
+    def class_names(self):
+        return self.file(CLASS_NAMES)
 
     def checkpoints(self, worker=None):
         """The resumable state's folder: the chief's, or worker `worker`'s own."""

@@ -25,6 +25,7 @@ from keras_vit_deploy import flags as deploy_flags
 from keras_vit_data import image_header
 from keras_vit_deploy import serving, sources
 
+from keras_vit import run_directory
 from keras_vit.checkpoint import interop
 
 FLAGS = flags.FLAGS
@@ -34,8 +35,9 @@ flags.DEFINE_string(
     None,
     "Text file with one class name per line, or a "
     "JSON file with a 'class_names' list (a make_tfrecords manifest.json); "
-    "adds the top_k_names output. Default: a transformers checkpoint's (--weights) "
-    "config.json id2label, where it names the head's classes.",
+    "adds the top_k_names output. Default: a --run_dir's class_names.json (its data's "
+    "class names), or a transformers checkpoint's (--weights) config.json id2label, where "
+    "they name the head's classes.",
 )
 flags.DEFINE_integer("top_k", 5, "How many classes the top_k_* outputs hold.")
 flags.DEFINE_integer(
@@ -48,11 +50,17 @@ flags.DEFINE_integer(
 
 
 def _stated_class_names(outputs):
-    """--weights' id2label (a transformers checkpoint) where it names exactly the
-    head's classes (not a fresh head of another --num_classes), else None."""
-    if not FLAGS.weights or outputs.kind != "classifier":
+    """The class names the model's source states, where they name exactly the head's
+    classes (not a fresh head of another --num_classes): a training run's
+    RUN/class_names.json (its data's), or --weights' id2label (a transformers
+    checkpoint); else None."""
+    if outputs.kind != "classifier":
         return None
-    names = interop.class_names(FLAGS.weights)
+    if FLAGS.run_dir:
+        path = run_directory.RunDirectory(FLAGS.run_dir).class_names
+        names = sources.read_class_names(path, None) if run_directory.exists(path) else None
+    else:
+        names = interop.class_names(FLAGS.weights) if FLAGS.weights else None
     return names if names is not None and len(names) == outputs.num_classes else None
 
 

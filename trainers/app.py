@@ -13,7 +13,13 @@ config_flags.DEFINE_config_file(
     "An ml_collections config file (configs/*.py); override keys with --config.KEY=VALUE.",
     lock_config=False,
 )
-flags.DEFINE_string("data_dir", None, "TFRecords written by tools/make_tfrecords.py.")
+flags.DEFINE_string(
+    "data_dir",
+    None,
+    "TFRecords written by tools/make_tfrecords.py; ImageNet-layout shards with "
+    "--config.input.dataset=imagenet_records; TFDS's data_dir with "
+    "--config.input.dataset=tfds:NAME (or --config.input.tfds_data_dir).",
+)
 flags.DEFINE_string("model_dir", None, "Run directory; rerunning on it resumes.")
 flags.DEFINE_enum(
     "strategy",

@@ -24,7 +24,7 @@ import logging
 
 import keras
 import tensorflow as tf
-from keras_vit_data import records
+from keras_vit_data import readers
 from keras_vit_trainers import fewshot_evaluator, input_pipeline
 from keras_vit_trainers.summaries import write_scalar
 
@@ -48,7 +48,7 @@ class Context:
     model's input size, the classes, how splits are checked and images read), the
     objective and the strategy (for batch sizes) and the training batch."""
 
-    data_dir: str
+    data: object  # the dataset: a keras_vit_data.readers.Reader (or a data directory)
     spec: object  # input_spec.InputSpec
     objective: object
     strategy: object
@@ -93,18 +93,18 @@ class Classification(Evaluator):
         self._dataset = None
 
     def available(self):
-        splits = records.read_manifest(self.context.data_dir).get("splits", {})
-        return self.split in splits
+        return readers.as_reader(self.context.data).has_split(self.split)
 
     def dataset(self):
         if self._dataset is None:
             ctx = self.context
-            info = input_pipeline.get_split(ctx.data_dir, self.split, **ctx.spec.split_checks)
+            reader = readers.as_reader(ctx.data)
+            info = reader.split(self.split, **ctx.spec.split_checks)
             replicas = ctx.strategy.num_replicas_in_sync
             batch = min(self.batch_size, -(-info.num_examples // replicas) * replicas)
             batch = max(batch - batch % replicas, replicas)
             self._dataset = input_pipeline.eval_dataset(
-                ctx.data_dir,
+                reader,
                 ctx.spec,
                 batch_size=batch,
                 split=self.split,
@@ -135,7 +135,7 @@ class FewShot(Evaluator):
     def __init__(self, name, every, context, **options):
         super().__init__(name, every, context)
         self.evaluator = fewshot_evaluator.FewShotEvaluator(
-            context.data_dir,
+            context.data,
             context.spec,
             **options,
         )

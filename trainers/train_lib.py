@@ -35,6 +35,7 @@ from keras_vit_trainers import (
     schedules,
 )
 from keras_vit_trainers import strategy as strategy_lib
+from keras_vit_data import readers
 from keras_vit_trainers.callbacks import TrainingDivergedError  # noqa: F401  (raised by run)
 
 from keras_vit import run_directory
@@ -292,21 +293,36 @@ def build(config, strategy, objective, num_classes, plan, init, jit_compile):
     return model
 
 
-def train_data(strategy, data_dir, spec, plan):
+def open_data(config, data_dir):
+    """The run's dataset (`keras_vit_data.readers.open_reader`): --data_dir, or what
+    config.input.dataset names (tfds:NAME, imagenet_records), logged in one line."""
+    inp = config.input
+    reader = readers.open_reader(
+        data_dir,
+        inp.get("dataset"),
+        tfds_data_dir=inp.get("tfds_data_dir"),
+        num_classes=config.get("num_classes"),
+        label_offset=inp.get("label_offset"),
+    )
+    log.info("data: %s, %d classes", reader.description, reader.num_classes)
+    return reader
+
+
+def train_data(strategy, data, spec, plan):
     """The run's distributed training stream: `spec`'s, resumed at plan.start_step."""
     return input_pipeline.distributed_train_dataset(
-        strategy, data_dir, spec, plan.batch, start_step=plan.start_step
+        strategy, data, spec, plan.batch, start_step=plan.start_step
     )
 
 
-def fit(model, config, strategy, data, plan, run, chief, evals, data_dir, spec):
+def fit(model, config, strategy, data, plan, run, chief, evals, reader, spec):
     """`model.fit` with the run's callbacks; raises TrainingDivergedError on NaN.
     Returns the RunLogger (train figures)."""
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         batch = next(
             iter(
                 input_pipeline.train_dataset(
-                    data_dir,
+                    reader,
                     dataclasses.replace(spec, shuffle_buffer=1),
                     batch_size=2,
                     prefetch=False,
@@ -379,22 +395,24 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
     t_start = time.perf_counter()
     keras_workarounds.check_keras_version()
     run = run_directory.RunDirectory(model_dir)
-    manifest = input_pipeline.read_manifest(data_dir)  # clear error for a bad --data_dir
-    num_classes = config.num_classes or int(manifest["num_classes"])
-    train_info = input_pipeline.get_split(
-        data_dir, config.train_split, bool(config.input.strict), config.input.verify_max_bytes
+    reader = open_data(config, data_dir)  # a clear error for a bad --data_dir or dataset
+    num_classes = config.num_classes or reader.num_classes
+    train_info = reader.split(
+        config.train_split, bool(config.input.strict), config.input.verify_max_bytes
     )
     chief = strategy_lib.is_chief(strategy)
     checkpoint_dir = run.checkpoints(None if chief else strategy_lib.worker_index(strategy))
     run_directory.makedirs(checkpoint_dir)
     sizes = plan(config, strategy, checkpoint_dir)
     jit_compile = config_checks.check(
-        config, strategy, data_dir=data_dir, num_classes=num_classes, total_steps=sizes.total_steps
+        config, strategy, data_dir=reader, num_classes=num_classes, total_steps=sizes.total_steps
     )
     if sizes.start_step:
         log.info("resumed from step %d", sizes.start_step)
     if chief:
         run.write_json(run.config, json.loads(config.to_json_best_effort()))
+        if reader.class_names:  # the exports' class names (tools/export_savedmodel.py)
+            run.write_json(run.class_names, {"class_names": list(reader.class_names)})
 
     keras.utils.set_random_seed(int(config.seed))
     if config.deterministic_ops:
@@ -405,14 +423,14 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
     spec = input_spec.InputSpec.from_config(
         config,
         num_classes,
-        bool(manifest.get("multi_label", False)),
+        reader.multi_label,
         objective,
         preprocessing=getattr(getattr(model, "backbone", model), "preprocessing", None),
     )
-    context = evaluators.Context(data_dir, spec, objective, strategy, sizes.batch)
+    context = evaluators.Context(reader, spec, objective, strategy, sizes.batch)
     evals = evaluators.build(config.evals, context)
-    data = train_data(strategy, data_dir, spec, sizes)
-    logger = fit(model, config, strategy, data, sizes, run, chief, evals, data_dir, spec)
+    data = train_data(strategy, reader, spec, sizes)
+    logger = fit(model, config, strategy, data, sizes, run, chief, evals, reader, spec)
 
     step = int(model.optimizer.iterations.numpy())
     metrics = {"step": step, **final_evaluations(model, evals, step, run, chief)}
