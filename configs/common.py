@@ -135,6 +135,14 @@ def base_config(model="ViT_B16"):
     )
     c.input = ml_collections.ConfigDict(
         dict(
+            # What is read (data/readers.py): None reads --data_dir as written by
+            # tools/make_tfrecords.py; "tfds:NAME[:CONFIG]" a prepared TFDS dataset by name
+            # (splits in TFDS's slicing syntax, e.g. train_split="train[:99%]"), from
+            # tfds_data_dir (else --data_dir, else TFDS's default); "imagenet_records"
+            # ImageNet-layout shards in --data_dir as they are, labels minus label_offset.
+            dataset=placeholder(str),
+            tfds_data_dir=placeholder(str),
+            label_offset=placeholder(int),
             augment="inception_crop",  # inception_crop | random_crop | none
             area_range=(0.05, 1.0),
             flip=True,
