@@ -92,6 +92,7 @@ CHOICE_KEYS = (
     "jit_compile",  # as requested: with mixed_precision, deterministic_ops and the
     "deterministic_ops",  # strategy, what "auto" resolves to (the same on one path)
     "input.augment",  # the crop
+    "input.dataset",  # which reader (data/readers.py)
     "input.flip",
     "input.shard_by",
     "input.strict",
@@ -141,6 +142,8 @@ VALUE_KEYS = (
     "input.shuffle_buffer",
     "input.verify_max_bytes",
     "input.max_pixels",
+    "input.tfds_data_dir",
+    "input.label_offset",
     "masked_patch.bits",
     "masked_patch.corruption_rate",
     "masked_patch.mask_prob",
