@@ -202,3 +202,22 @@ def test_merge_refuses_tasks_run_with_other_flags(tmp_path, mixed_folder):
     partial.write_text(json.dumps(manifest))
     with pytest.raises(DataError, match=r"task 1 was run with other settings .*max_pixels"):
         writer.merge_tasks(str(out), 2)
+
+
+def test_the_progress_bar_shows_a_rate_and_an_eta(tmp_path, mixed_folder, monkeypatch):
+    import io
+
+    from keras_vit_cli import console
+
+    stream = io.StringIO()
+
+    class Captured(console.Progress):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, stream=stream, every_seconds=0, **kwargs)
+
+    monkeypatch.setattr(writer.console, "Progress", Captured)
+    monkeypatch.setattr(writer, "CHUNK_EXAMPLES", 8)
+    writer.make_tfrecords(f"folder:{mixed_folder}", str(tmp_path), workers=2, max_pixels=5000)
+    lines = stream.getvalue().splitlines()
+    assert lines[-1].startswith("writing train: 29/29 images (100%)")
+    assert all(" images/s" in line and "ETA " in line for line in lines[1:])
