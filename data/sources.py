@@ -7,10 +7,17 @@
   in a seeded random order (not sorted by class);
 - `tfds:NAME[:CONFIG]`: a TensorFlow Datasets builder, its images left encoded.
 
+The examples of `fashion_mnist` and `folder:` are `Lazy` sequences: an example is made
+(a file read, an image PNG-encoded) when it is indexed or iterated over, so that a
+writer task (`writer.write_split`) slices out its own examples without touching the
+others'. `arrays=True` leaves Fashion-MNIST's images as uint8 arrays, for a writer
+that PNG-encodes them itself (in parallel).
+
 `holdout` (fashion_mnist and folder: sources) writes a stratified, seeded fraction of
 train as `validation` (`holdout`, recorded in the manifest).
 """
 
+import collections.abc
 import os
 
 import numpy as np
@@ -21,10 +28,32 @@ from keras_vit_data.records import DataError
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")
 
 
-def fashion_mnist_source(directory, holdout=None, seed=0):
+class Lazy(collections.abc.Sequence):
+    """`count` examples, example i made by `make(i)` when it is read; a slice is
+    another `Lazy` (nothing is made)."""
+
+    def __init__(self, count, make, offset=0):
+        self._count, self._make, self._offset = count, make, offset
+
+    def __len__(self):
+        return self._count
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self._count)
+            if step != 1:
+                raise ValueError("Lazy: only contiguous slices")
+            return Lazy(max(0, stop - start), self._make, self._offset + start)
+        if not -self._count <= i < self._count:
+            raise IndexError(i)
+        return self._make(self._offset + i % self._count)
+
+
+def fashion_mnist_source(directory, holdout=None, seed=0, arrays=False):
     """The Debian IDX files as `train` and `test`; `holdout`: that fraction of train
     written as a stratified `validation` split (`holdout`, recorded in the
-    manifest). Returns (splits, class_names, multi_label, manifest entries)."""
+    manifest); `arrays`: images as uint8 (28, 28) arrays, not PNG bytes. Returns
+    (splits, class_names, multi_label, manifest entries)."""
     splits, extra = {}, {}
     for split in ("train", "test"):
         images, labels = fashion_mnist.read_split(
@@ -38,13 +67,16 @@ def fashion_mnist_source(directory, holdout=None, seed=0):
             )
             parts = {"train": kept, "validation": held}
         for name, rows in parts.items():
-            splits[name] = (len(rows), _idx_examples(images, labels, rows))
+            splits[name] = (len(rows), Lazy(len(rows), _idx_example(images, labels, rows, arrays)))
     return splits, fashion_mnist.CLASS_NAMES, False, extra
 
 
-def _idx_examples(images, labels, rows):
-    for i in rows:
-        yield image_checks.encode_png(images[i]), labels[i]
+def _idx_example(images, labels, rows, arrays):
+    def make(i):
+        image = images[rows[i]]
+        return (image if arrays else image_checks.encode_png(image)), labels[rows[i]]
+
+    return make
 
 
 # Held-out folders a class-folder data set may have, and the split each is written as.
@@ -117,15 +149,18 @@ def folder_source(root, holdout=None, seed=0):
     for number, split in enumerate(sorted(files)):
         order = np.random.default_rng([int(seed), number]).permutation(len(files[split]))
         shuffled = [files[split][i] for i in order]
-
-        def gen(shuffled=shuffled):
-            for path, label in shuffled:
-                with open(path, "rb") as f:
-                    yield f.read(), label, path
-
-        splits[split] = (len(shuffled), gen())
+        splits[split] = (len(shuffled), Lazy(len(shuffled), _file_example(shuffled)))
     extra["order"] = {"shuffled": True, "seed": int(seed)}
     return splits, class_names, False, extra
+
+
+def _file_example(files):
+    def make(i):
+        path, label = files[i]
+        with open(path, "rb") as f:
+            return f.read(), label, path
+
+    return make
 
 
 def tfds_source(name, data_dir):
@@ -167,13 +202,15 @@ def get_source(
     tfds_data_dir=None,
     holdout=None,
     seed=0,
+    arrays=False,
 ):
     """(splits, class_names, multi_label, manifest entries) of --source; `holdout` and
-    `seed` are the folder source's (`folder_source`)."""
+    `seed` are the folder source's (`folder_source`), `arrays` Fashion-MNIST's
+    (`fashion_mnist_source`)."""
     if source.startswith("folder:"):
         return folder_source(source[len("folder:") :], holdout, seed)
     if source == "fashion_mnist":
-        return fashion_mnist_source(fashion_mnist_dir, holdout, seed)
+        return fashion_mnist_source(fashion_mnist_dir, holdout, seed, arrays)
     if holdout:
         raise ValueError(
             f"--holdout applies to --source=folder:PATH and fashion_mnist; {source} comes "

@@ -3,14 +3,33 @@ manifest (`records`): `make_tfrecords` from a source (`sources`) or from arrays,
 `ensure_records` for the programs that need a data directory and write it only when
 it is missing (tools/demo.py, the benchmarks).
 
-Every image is checked before it is written (`images.image_problem`): one that is not
-a JPEG, PNG, GIF or BMP image, declares more than `max_pixels` pixels or does not
-decode is skipped, counted and named in the manifest (`strict`: an error).
+Every image is checked before it is written (`image_checks.image_problem`): one that
+is not a JPEG, PNG, GIF or BMP image, declares more than `max_pixels` pixels or does
+not decode is skipped, counted and named in the manifest (`strict`: an error). JPEG
+and PNG bytes that pass are written as they are; arrays are PNG-encoded.
+
+`workers` checks (and PNG-encodes) images in parallel: chunks of examples go through a
+tf.data map of that many parallel calls (`_check_chunk`: the header's pixel count,
+then a decode), one chunk ahead of the Python thread that writes, in the source's
+order. An image the map finds wrong is checked again by `image_problem` itself, so
+what is skipped, and why, is the serial writer's (`workers=0`: one image at a time,
+eagerly); the shards are byte for byte the same.
+
+`num_tasks`/`task_index` split the writing across machines: task i writes the shards
+`task_shards` gives it (a contiguous block of each split's shards, named as in one
+run) and a partial manifest (`partial_manifest_name`); `merge_tasks` then checks that
+all tasks' partials are there and agree, and writes manifest.json. A task's shard
+holds the images of its slice of the split's examples that pass the checks: when
+none is skipped, the files and manifest are those of one run.
 """
 
+import concurrent.futures
+import itertools
+import json
 import logging
 import os
 
+import numpy as np
 import tensorflow as tf
 from keras_vit_cli import console
 
@@ -18,8 +37,232 @@ from keras_vit_data import image_header, image_checks, records, sources
 from keras_vit_data.records import DataError
 
 MAX_NAMED_SKIPS = 100  # the manifest names at most this many skipped examples per split
+CHUNK_EXAMPLES = 2048  # examples per chunk of the parallel checks
+CHUNK_BYTES = 64 << 20  # and at most about this many bytes of images per chunk
 
 log = logging.getLogger("data")
+
+
+def default_workers():
+    """The cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+# --- checking the images --------------------------------------------------------------
+
+
+def _check_one(example, max_pixels):
+    """(encoded, problem or None) of one example's image, eagerly: the serial writer."""
+    image = example[0]
+    encoded = image if isinstance(image, bytes) else image_checks.encode_png(image)
+    return encoded, image_checks.image_problem(encoded, max_pixels)
+
+
+def _check_serially(examples, max_pixels):
+    for example in examples:
+        yield (*_check_one(example, max_pixels), example)
+
+
+ARRAY_BATCH = 64  # arrays PNG-encoded per call of the parallel map
+
+
+@tf.function(
+    input_signature=[
+        tf.TensorSpec([None], tf.string),  # encoded images
+        tf.TensorSpec([], tf.int64),  # max_pixels
+        tf.TensorSpec([], tf.int64),  # parallel calls
+    ],
+    autograph=False,
+)
+def _check_encoded(data, max_pixels, workers):
+    """Encoded images -> (index, passed) of each whose check raised no error, in
+    order; `passed` where the header gives a size of at most `max_pixels` pixels and
+    the image decodes (as `image_checks.image_problem`)."""
+
+    def check(i):
+        _, _, pixels = image_header.count_pixels(data[i])
+        fits = tf.logical_and(pixels >= 0, pixels <= max_pixels)
+
+        def decodes():
+            image = tf.io.decode_image(data[i], channels=3, expand_animations=False)
+            return tf.size(image) >= 0
+
+        return i, tf.cond(fits, decodes, lambda: fits)
+
+    ds = tf.data.Dataset.range(tf.size(data, out_type=tf.int64))
+    ds = ds.map(check, num_parallel_calls=workers, deterministic=True)
+    # An image whose check fails (a JPEG header or data that does not parse) is left
+    # out here, and checked again eagerly.
+    return ds.ignore_errors().batch(CHUNK_EXAMPLES + 1).get_single_element()
+
+
+@tf.function(
+    input_signature=[
+        tf.TensorSpec([None], tf.string),  # the bytes of uint8 arrays
+        tf.TensorSpec([None, 3], tf.int64),  # their (H, W, C) shapes
+        tf.TensorSpec([], tf.int64),  # parallel calls
+    ],
+    autograph=False,
+)
+def _encode_arrays(data, shapes, workers):
+    """uint8 arrays (as bytes, and shapes) -> their PNGs, `ARRAY_BATCH` per call of
+    the parallel map (a call costs about as much as encoding a 28 x 28 image)."""
+
+    def encode(batch):
+        return tf.map_fn(
+            lambda i: tf.io.encode_png(tf.reshape(tf.io.decode_raw(data[i], tf.uint8), shapes[i])),
+            batch,
+            fn_output_signature=tf.string,
+        )
+
+    ds = tf.data.Dataset.range(tf.size(data, out_type=tf.int64)).batch(ARRAY_BATCH)
+    ds = ds.map(encode, num_parallel_calls=workers, deterministic=True)
+    return ds.unbatch().batch(CHUNK_EXAMPLES + 1).get_single_element()
+
+
+def _array_input(image, max_pixels):
+    """(bytes, shape) of an array `_encode_arrays` encodes as `image_checks.encode_png`
+    would, or None: one that is not a 2-D or 3-D array of 1 to 4 channels, or that has
+    no pixels or more than `max_pixels`, is left to the eager check (which says why).
+    Such a PNG decodes, and its header gives the array's size: it passes the check."""
+    array = np.asarray(image, np.uint8)
+    if array.ndim == 2:
+        array = array[..., None]
+    if array.ndim != 3 or not 1 <= array.shape[2] <= 4:
+        return None
+    if not 0 < array.shape[0] * array.shape[1] <= max_pixels:
+        return None
+    return array.tobytes(), array.shape
+
+
+def _chunks(examples):
+    """Lists of examples of at most CHUNK_EXAMPLES, and about CHUNK_BYTES."""
+    chunk, size = [], 0
+    for example in examples:
+        chunk.append(example)
+        image = example[0]
+        size += len(image) if isinstance(image, bytes) else getattr(image, "nbytes", 0)
+        if len(chunk) == CHUNK_EXAMPLES or size >= CHUNK_BYTES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _run_chunk(chunk, max_pixels, workers):
+    """{position in `chunk`: its encoded image} of the examples that pass the checks."""
+    encoded, arrays = [], []
+    for i, (image, *_) in enumerate(chunk):
+        if isinstance(image, bytes):
+            encoded.append((i, image))
+        else:
+            array = _array_input(image, max_pixels)
+            if array is not None:
+                arrays.append((i, *array))
+    passed = {}
+    workers = tf.constant(workers, tf.int64)
+    if encoded:
+        index, ok = _check_encoded(
+            tf.constant([image for _, image in encoded], tf.string),
+            tf.constant(max_pixels, tf.int64),
+            workers,
+        )
+        passed.update(
+            (encoded[j][0], encoded[j][1]) for j, o in zip(index.numpy(), ok.numpy()) if o
+        )
+    if arrays:
+        pngs = _encode_arrays(
+            tf.constant([data for _, data, _ in arrays], tf.string),
+            tf.constant([shape for _, _, shape in arrays], tf.int64),
+            workers,
+        )
+        passed.update(zip((i for i, _, _ in arrays), pngs.numpy().tolist()))
+    return passed
+
+
+def _check_in_parallel(examples, max_pixels, workers):
+    """What `_check_serially` yields, the checks run by `_check_chunk` in a thread one
+    chunk ahead of the caller. The examples are read here, in the caller's thread (a
+    source's error is raised as it is)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        ahead = None
+        for chunk in _chunks(examples):
+            future = pool.submit(_run_chunk, chunk, max_pixels, workers)
+            if ahead:
+                yield from _chunk_results(*ahead, max_pixels)
+            ahead = chunk, future
+        if ahead:
+            yield from _chunk_results(*ahead, max_pixels)
+
+
+def _chunk_results(chunk, future, max_pixels):
+    passed = future.result()
+    for i, example in enumerate(chunk):
+        encoded = passed.get(i)
+        if encoded is not None:
+            yield encoded, None, example
+        else:  # skipped or failed: the serial writer's check, which says why
+            yield (*_check_one(example, max_pixels), example)
+
+
+# --- serializing ---------------------------------------------------------------------------
+
+_IMAGE_KEY = b"\x0a" + bytes([len(records.ENCODED_KEY)]) + records.ENCODED_KEY.encode()
+_LABEL_KEY = b"\x0a" + bytes([len(records.LABEL_KEY)]) + records.LABEL_KEY.encode()
+
+
+_ONE_BYTE = [bytes([n]) for n in range(0x80)]
+
+
+def _varint(n):
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]
+    n &= (1 << 64) - 1  # a negative int64: ten bytes, as protobuf writes it
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag, payload):
+    return tag + _varint(len(payload)) + payload
+
+
+def serialize_example(encoded, labels):
+    """`records.serialize_example`'s bytes (tested equal), written out directly: the
+    tf.train.Example message, its map entries in the order that function gives them,
+    without building protobuf objects (a quarter of the time of the whole conversion
+    of a small image otherwise)."""
+    if isinstance(labels, (int, np.integer)):
+        labels = [int(labels)]
+    else:
+        labels = [int(label) for label in np.atleast_1d(labels)]
+    packed = _field(b"\x0a", b"".join(map(_varint, labels))) if labels else b""
+    image = _field(b"\x0a", _IMAGE_KEY + _field(b"\x12", _field(b"\x0a", _field(b"\x0a", encoded))))
+    label = _field(b"\x0a", _LABEL_KEY + _field(b"\x12", _field(b"\x1a", packed)))
+    return _field(b"\x0a", image + label)
+
+
+# --- one split ----------------------------------------------------------------------------
+
+
+def task_shards(num_shards, task_index, num_tasks):
+    """The shards [first, last) of `num_shards` that task `task_index` of `num_tasks`
+    writes: contiguous blocks, the first `num_shards % num_tasks` tasks one more."""
+    base, extra = divmod(num_shards, num_tasks)
+    first = task_index * base + min(task_index, extra)
+    return first, first + base + (task_index < extra)
+
+
+def _examples_slice(examples, start, stop):
+    if isinstance(examples, (list, tuple, sources.Lazy)):
+        return examples[start:stop]
+    return itertools.islice(examples, start, stop)
 
 
 def write_split(
@@ -31,25 +274,53 @@ def write_split(
     progress=True,
     strict=False,
     max_pixels=image_header.DEFAULT_MAX_PIXELS,
+    workers=None,
+    task_index=0,
+    num_tasks=1,
 ):
     """Writes one split's shards; every image is checked first (`image_problem`), and
     one that fails is skipped (counted, named in the manifest and a warning) or, with
-    `strict`, fatal. `examples` yields (encoded, labels) or (encoded, labels, name)."""
+    `strict`, fatal. `examples` yields (encoded bytes or uint8 array, labels) or
+    (..., name). `workers`: parallel checks (None: all cores; 0: serially, eagerly).
+
+    One task (the default) fills each shard with the next `per_shard` images that
+    pass; task `task_index` of `num_tasks` > 1 writes only its `task_shards`, shard s
+    holding the images that pass among examples [s * per_shard, (s + 1) * per_shard)."""
     num_shards = max(1, -(-count // examples_per_shard))
     per_shard = -(-count // num_shards)
+    first, last = task_shards(num_shards, task_index, num_tasks)
+    start = first * per_shard  # the index of the task's first example
+    if num_tasks > 1:
+        stop = min(last * per_shard, count)
+        examples = _examples_slice(examples, start, stop)
+        total = max(0, stop - start)
+    else:
+        total = count
+    workers = default_workers() if workers is None else int(workers)
+    if workers > 0:
+        checked = _check_in_parallel(examples, max_pixels, workers)
+    else:
+        checked = _check_serially(examples, max_pixels)
     shards, written, skipped = [], 0, []
-    bar = None
-    if progress:
-        bar = console.Progress(count, f"writing {split}", unit="image")
-    examples = iter(examples)
-    for s in range(num_shards):
+    bar = console.Progress(total, f"writing {split}", unit="image") if progress else None
+    seen, shown = start, start  # examples checked; and shown on the bar
+    for s in range(first, last):
         name = records.shard_name(split, s, num_shards)
         n = 0
+        # one task: `per_shard` images written; a task of several: its examples read
+        end = min((s + 1) * per_shard, count) if num_tasks > 1 else None
         with tf.io.TFRecordWriter(os.path.join(output_dir, name)) as w:
-            for encoded, labels, *ident in examples:
-                problem = image_checks.image_problem(encoded, max_pixels)
+            while (n < per_shard) if end is None else (seen < end):
+                item = next(checked, None)
+                if item is None:
+                    break
+                encoded, problem, (_, labels, *ident) = item
+                seen += 1
+                if bar and seen - shown >= 256:
+                    bar.update(seen - shown)
+                    shown = seen
                 if problem:
-                    what = ident[0] if ident else f"{split} example {written + n + len(skipped)}"
+                    what = ident[0] if ident else f"{split} example {seen - 1}"
                     if strict:
                         raise DataError(
                             f"{what}: {problem} ({len(encoded)} bytes); "
@@ -57,18 +328,14 @@ def write_split(
                         )
                     log.warning("skipping %s: %s (%d bytes)", what, problem, len(encoded))
                     skipped.append(what)
-                    if bar:
-                        bar.update(1)
                     continue
-                w.write(records.serialize_example(encoded, labels))
+                w.write(serialize_example(encoded, labels))
                 n += 1
-                if bar:
-                    bar.update(1)
-                if n == per_shard:
-                    break
         shards.append({"file": name, "count": n})
         written += n
+    checked.close()
     if bar:
+        bar.update(seen - shown)
         bar.close()
     result = {"count": written, "shards": shards}
     if skipped:
@@ -81,6 +348,8 @@ def write_split(
             written + len(skipped),
             max_pixels,
         )
+    if num_tasks > 1:
+        result["num_shards"] = num_shards
     return result
 
 
@@ -93,34 +362,44 @@ def make_tfrecords(
     progress=True,
     strict=False,
     max_pixels=image_header.DEFAULT_MAX_PIXELS,
+    workers=None,
+    task_index=0,
+    num_tasks=1,
     **source_kwargs,
 ):
     """Writes the shards and manifest; returns the manifest dict. Images above
-    `max_pixels` pixels are skipped as those that do not decode (`write_split`).
+    `max_pixels` pixels are skipped as those that do not decode (`write_split`);
+    `workers` check them in parallel (None: all cores; 0: one at a time).
 
     `source` is a name as for --source, or a tuple (splits, class_names, multi_label)
     with splits {name: (count, iterable of (encoded_bytes_or_uint8_array, labels))}.
+
+    `num_tasks` > 1: this is task `task_index`, which writes its shards of each split
+    and, instead of manifest.json, its partial manifest (returned);
+    `merge_tasks` writes manifest.json once every task's is there.
     """
+    if not 0 <= task_index < num_tasks:
+        raise ValueError(
+            f"--task_index={task_index}: expected 0 <= task_index < --num_tasks={num_tasks}"
+        )
     extra = {}
     if isinstance(source, str):
-        split_sources, class_names, multi_label, extra = sources.get_source(source, **source_kwargs)
+        split_sources, class_names, multi_label, extra = sources.get_source(
+            source, arrays=True, **source_kwargs
+        )
     else:
         split_sources, class_names, multi_label = source
-        split_sources = {
-            k: (
-                n,
-                (
-                    (e if isinstance(e, bytes) else image_checks.encode_png(e), l, *rest)
-                    for e, l, *rest in it
-                ),
-            )
-            for k, (n, it) in split_sources.items()
-        }
         source = "arrays"
     os.makedirs(output_dir, exist_ok=True)
     # A manifest left from an earlier run would describe shards this one overwrites: an
     # interrupted run must leave none, so that training refuses the folder.
-    records.remove_manifest(output_dir)
+    try:
+        records.remove_manifest(output_dir)
+    except tf.errors.NotFoundError:  # another task removed it first
+        pass
+    if num_tasks == 1:  # partial manifests of earlier tasks describe other shards
+        for path in tf.io.gfile.glob(os.path.join(output_dir, PARTIAL_GLOB)):
+            tf.io.gfile.remove(path)
     manifest = {
         "source": source,
         "format": "tf.train.Example",
@@ -137,11 +416,107 @@ def make_tfrecords(
             continue
         if max_examples:
             count = min(count, max_examples)
-            examples = (e for _, e in zip(range(count), examples))
+            examples = _examples_slice(examples, 0, count)
         manifest["splits"][split] = write_split(
-            output_dir, split, count, examples, examples_per_shard, progress, strict, max_pixels
+            output_dir,
+            split,
+            count,
+            examples,
+            examples_per_shard,
+            progress,
+            strict,
+            max_pixels,
+            workers,
+            task_index,
+            num_tasks,
         )
+    if num_tasks > 1:
+        manifest["task"] = {"index": task_index, "num_tasks": num_tasks}
+        _write_json(
+            os.path.join(output_dir, partial_manifest_name(task_index, num_tasks)), manifest
+        )
+        return manifest
     records.write_manifest(output_dir, manifest)  # whole or absent, never cut short
+    return manifest
+
+
+# --- tasks on several machines ------------------------------------------------------------
+
+PARTIAL_GLOB = "manifest.task-*-of-*.json"
+
+
+def partial_manifest_name(task_index, num_tasks):
+    """The partial manifest task `task_index` of `num_tasks` writes."""
+    return f"manifest.task-{task_index:05d}-of-{num_tasks:05d}.json"
+
+
+def _write_json(path, value):
+    with tf.io.gfile.GFile(path + ".partial", "w") as f:
+        json.dump(value, f, indent=1)
+    tf.io.gfile.rename(path + ".partial", path, overwrite=True)
+
+
+def merge_tasks(output_dir, num_tasks):
+    """Writes DATA/manifest.json from the partial manifests of tasks 0..num_tasks-1
+    (`make_tfrecords(..., task_index=i, num_tasks=num_tasks)`) and removes them;
+    returns the manifest. DataError (one line) when a task's partial is missing, the
+    tasks were run with different settings, or a split's shards are not all there."""
+    paths = [
+        os.path.join(output_dir, partial_manifest_name(i, num_tasks)) for i in range(num_tasks)
+    ]
+    missing = [i for i, path in enumerate(paths) if not tf.io.gfile.exists(path)]
+    if missing:
+        raise DataError(
+            f"{output_dir}: no partial manifest of task(s) "
+            f"{', '.join(map(str, missing))} of --num_tasks={num_tasks} "
+            f"({partial_manifest_name(missing[0], num_tasks)}): run --task_index="
+            f"{missing[0]} --num_tasks={num_tasks} first"
+        )
+    partials = []
+    for path in paths:
+        with tf.io.gfile.GFile(path) as f:
+            partials.append(json.load(f))
+    header = {k: v for k, v in partials[0].items() if k not in ("splits", "task")}
+    for i, partial in enumerate(partials):
+        theirs = {k: v for k, v in partial.items() if k not in ("splits", "task")}
+        differs = sorted(k for k in {*header, *theirs} if header.get(k) != theirs.get(k))
+        if differs or partial.get("task") != {"index": i, "num_tasks": num_tasks}:
+            raise DataError(
+                f"{paths[i]}: task {i} was run with other settings than task 0 "
+                f"({', '.join(differs) or 'task'} differ): run all tasks with the same flags"
+            )
+        if list(partial["splits"]) != list(partials[0]["splits"]):
+            raise DataError(
+                f"{paths[i]}: task {i} wrote splits {list(partial['splits'])}, task 0 "
+                f"{list(partials[0]['splits'])}: run all tasks with the same flags"
+            )
+    manifest = {**header, "splits": {}}
+    for split in partials[0]["splits"]:
+        parts = [partial["splits"][split] for partial in partials]
+        shards = [shard for part in parts for shard in part["shards"]]
+        num_shards = parts[0]["num_shards"]
+        expected = [records.shard_name(split, s, num_shards) for s in range(num_shards)]
+        if [shard["file"] for shard in shards] != expected or any(
+            part["num_shards"] != num_shards for part in parts
+        ):
+            raise DataError(
+                f"{output_dir}: the tasks' {split} shards are not {expected[0]} .. "
+                f"{expected[-1]} once each: run all tasks with the same flags"
+            )
+        absent = [f for f in expected if not tf.io.gfile.exists(os.path.join(output_dir, f))]
+        if absent:
+            raise DataError(
+                f"{output_dir}: shard(s) the tasks wrote are missing: {', '.join(absent[:3])}"
+            )
+        result = {"count": sum(part["count"] for part in parts), "shards": shards}
+        skipped = [what for part in parts for what in part.get("skipped_examples", [])]
+        if skipped:
+            result["skipped"] = sum(part.get("skipped", 0) for part in parts)
+            result["skipped_examples"] = skipped[:MAX_NAMED_SKIPS]
+        manifest["splits"][split] = result
+    records.write_manifest(output_dir, manifest)
+    for path in paths:
+        tf.io.gfile.remove(path)
     return manifest
 
 

@@ -21,6 +21,20 @@ has none (folder: and fashion_mnist sources) (data/holdout.py; the manifest reco
 Output is deterministic: a folder's examples are written in an order shuffled with
 --seed (not sorted by class), other sources in their own order; shards are contiguous
 slices.
+
+--workers=N checks (and PNG-encodes) images in N parallel threads (default: all
+cores; 0: one image at a time, the slow reference); the files are the same.
+
+Across machines: run --num_tasks=N --task_index=i for i = 0 .. N-1 (same flags
+otherwise, same --output_dir, e.g. a shared bucket); each task writes its block of
+each split's shards and DATA/manifest.task-0000i-of-0000N.json. Then
+
+  python tools/make_tfrecords.py --output_dir=DATA --num_tasks=N --merge
+
+checks that every task's partial manifest is there and agrees, and writes
+manifest.json (until then the trainers refuse the folder). A task's shard holds the
+images of its slice of the split that pass the checks, so when no image is skipped
+the files are those of one run; with skipped images its shards are shorter instead.
 """
 
 import sys
@@ -67,11 +81,57 @@ flags.DEFINE_integer(
 )
 
 
+flags.DEFINE_integer(
+    "workers",
+    None,
+    "Images checked (and arrays PNG-encoded) in parallel (default: all cores); 0: one at "
+    "a time, eagerly (slow; the files are the same).",
+    lower_bound=0,
+)
+flags.DEFINE_integer(
+    "num_tasks",
+    1,
+    "Split the writing into this many tasks (machines); see --task_index.",
+    lower_bound=1,
+)
+flags.DEFINE_integer(
+    "task_index",
+    0,
+    "With --num_tasks=N: this task (0 .. N-1) writes only its block of each split's shards "
+    "and a partial manifest; --merge writes manifest.json once all N are done.",
+    lower_bound=0,
+)
+flags.DEFINE_bool(
+    "merge",
+    False,
+    "Write manifest.json from the partial manifests of the --num_tasks tasks (after all "
+    "have run; nothing is read from --source).",
+)
+
+
+def _summary(manifest):
+    return ", ".join(
+        f"{k}: {v['count']}" + (f" ({v['skipped']} skipped)" if v.get("skipped") else "")
+        for k, v in manifest["splits"].items()
+    )
+
+
 def main(argv):
     del argv
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required")
+    if FLAGS.task_index >= FLAGS.num_tasks:
+        raise app.UsageError(
+            f"--task_index={FLAGS.task_index}: expected < --num_tasks={FLAGS.num_tasks}"
+        )
     try:
+        if FLAGS.merge:
+            manifest = writer.merge_tasks(FLAGS.output_dir, FLAGS.num_tasks)
+            print(
+                f"Merged {FLAGS.num_tasks} tasks into {FLAGS.output_dir} "
+                f"({_summary(manifest)}; {manifest['num_classes']} classes)"
+            )
+            return
         manifest = writer.make_tfrecords(
             FLAGS.source,
             FLAGS.output_dir,
@@ -81,6 +141,9 @@ def main(argv):
             FLAGS.progress,
             FLAGS.strict,
             FLAGS.max_pixels,
+            FLAGS.workers,
+            FLAGS.task_index,
+            FLAGS.num_tasks,
             fashion_mnist_dir=FLAGS.fashion_mnist_dir,
             tfds_data_dir=FLAGS.tfds_data_dir,
             holdout=FLAGS.holdout,
@@ -89,11 +152,14 @@ def main(argv):
     except (ValueError, FileNotFoundError) as e:  # DataError included
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    counts = ", ".join(
-        f"{k}: {v['count']}" + (f" ({v['skipped']} skipped)" if v.get("skipped") else "")
-        for k, v in manifest["splits"].items()
-    )
-    print(f"Wrote {FLAGS.output_dir} ({counts}; {manifest['num_classes']} classes)")
+    if FLAGS.num_tasks > 1:
+        print(
+            f"Wrote task {FLAGS.task_index} of {FLAGS.num_tasks} to {FLAGS.output_dir} "
+            f"({_summary(manifest)}); once all tasks are done, run --num_tasks="
+            f"{FLAGS.num_tasks} --merge"
+        )
+        return
+    print(f"Wrote {FLAGS.output_dir} ({_summary(manifest)}; {manifest['num_classes']} classes)")
 
 
 if __name__ == "__main__":

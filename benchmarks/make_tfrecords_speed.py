@@ -1,0 +1,95 @@
+"""make_tfrecords speed on 224 x 224 JPEGs (--source=folder:): images/s, and per core.
+
+  python benchmarks/make_tfrecords_speed.py [--images=3000] [--workers=N]
+      [--serial_images=300] [--output=results/make_tfrecords_speed.json]
+
+Writes --images synthetic 224 x 224 JPEGs (quality 90; smooth random colour fields
+with noise, so that sizes are those of photographs, about 30 KB) in two class
+folders of a temporary folder, then times `writer.make_tfrecords` on them in this
+process after a warm-up (TensorFlow's start-up and tracing are left out): the
+parallel writer (--workers, default all cores) on all of them, and the serial one
+(workers=0) on the first --serial_images. Every image passes through unchanged
+(checked: header, decode). Prints JSON that names the machine (benchmarks/machine.py).
+"""
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+
+def write_jpegs(root, n, seed=0):
+    """`n` 224 x 224 JPEGs (quality 90) in root/{a,b}/; returns their total bytes."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    total = 0
+    for cls in ("a", "b"):
+        os.makedirs(os.path.join(root, cls))
+    for i in range(n):
+        coarse = rng.uniform(0, 255, (8, 8, 3))
+        field = np.kron(coarse, np.ones((28, 28, 1)))  # blocks, then blurred a little
+        field = (field + np.roll(field, 14, 0) + np.roll(field, 14, 1)) / 3
+        image = np.clip(field + rng.normal(0, 12, field.shape), 0, 255).astype(np.uint8)
+        jpeg = tf.io.encode_jpeg(image, quality=90).numpy()
+        total += len(jpeg)
+        with open(os.path.join(root, "ab"[i % 2], f"{i:05d}.jpg"), "wb") as f:
+            f.write(jpeg)
+    return total
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--images", type=int, default=3000)
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--serial_images", type=int, default=300)
+    p.add_argument("--output", default=None)
+    a = p.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from keras_vit_benchmarks.machine import describe, machine_info
+    from keras_vit_data import writer
+
+    workers = writer.default_workers() if a.workers is None else a.workers
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "images")
+        jpeg_bytes = write_jpegs(root, a.images)
+        source = f"folder:{root}"
+
+        def timed(out, **kwargs):
+            start = time.perf_counter()
+            manifest = writer.make_tfrecords(
+                source, os.path.join(tmp, out), progress=False, **kwargs
+            )
+            return manifest["splits"]["train"]["count"], time.perf_counter() - start
+
+        timed("warm", workers=workers, max_examples=64)
+        timed("warm0", workers=0, max_examples=8)
+        n, seconds = timed("parallel", workers=workers)
+        n0, seconds0 = timed("serial", workers=0, max_examples=a.serial_images)
+    cores = writer.default_workers()
+    result = {
+        "images": n,
+        "image_size": 224,
+        "mean_jpeg_bytes": jpeg_bytes / a.images,
+        "workers": workers,
+        "cores": cores,
+        "images_per_second": n / seconds,
+        "images_per_second_per_core": n / seconds / cores,
+        "serial_images": n0,
+        "serial_images_per_second": n0 / seconds0,
+        "speedup": (n / seconds) / (n0 / seconds0),
+        "loadavg": os.getloadavg(),
+        "machine": machine_info(),
+    }
+    print(describe(result["machine"]))
+    print(json.dumps(result, indent=1))
+    if a.output:
+        with open(a.output, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
