@@ -28,14 +28,14 @@ def main():
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from keras_vit_benchmarks.machine import describe, machine_info
-    from keras_vit_trainers import input_pipeline, input_spec, objectives
+    from keras_vit_trainers import input_pipeline, input_spec, objectives, train_config
 
     from keras_vit.run_directory import RunDirectory
 
     spec = importlib.util.spec_from_file_location("cfg", a.config)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    config = module.get_config()
+    config = train_config.resolve(module.get_config(), "pretrain")  # as a trainer runs it
     inp = config.input
     manifest = input_pipeline.read_manifest(a.data_dir)
     data_spec = input_spec.InputSpec.from_config(
@@ -56,7 +56,7 @@ def main():
     result = {
         "pipeline_images_per_second": rate,
         "batch_size": config.batch_size,
-        "augment": inp.augment,
+        "crop": inp.crop,
         "loadavg": os.getloadavg(),
         "machine": machine,
     }

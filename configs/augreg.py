@@ -6,7 +6,7 @@ Shared by configs/augreg_i1k.py and configs/augreg_i21k.py:
 - Adam (0.9, 0.999), batch 4096, lr 1e-3, 10k warmup steps then cosine decay, global-norm
   clip 1.0, 300 epochs, 224 px inception crop + flip, then RandAugment and Mixup at the
   strength of the variant's AugReg setting (the tables below; `input.aug_setting` names
-  are trainers/augment.py's);
+  are trainers/augment/settings.py's);
 - weight decay: big_vision's `wd=1e-4` is decoupled (scaled by the schedule's factor, not
   by the learning rate); our AdamW decays `param -= lr * wd * param`, so the same decay is
   wd = 1e-4 / lr = 0.1 here (the AugReg checkpoints' names say `wd_0.1` for the same);
@@ -64,7 +64,7 @@ def recipe(variant, dataset):
     c.checkpoint_every = 1000
     c.mixed_precision = True
     c.steps_per_execution = 100
-    c.input.augment = "inception_crop"
+    c.input.crop = "inception_crop"
     c.input.area_range = (0.05, 1.0)
     c.input.flip = True
     c.input.aug_setting = table[variant]

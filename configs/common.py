@@ -143,12 +143,16 @@ def base_config(model="ViT_B16"):
             dataset=placeholder(str),
             tfds_data_dir=placeholder(str),
             label_offset=placeholder(int),
-            augment="inception_crop",  # inception_crop | random_crop | none
+            crop="inception_crop",  # inception_crop | random_crop | none (trainers/augment/crops.py)
+            # The former name of `crop`, accepted for one release: trainers/train_config.py
+            # moves it to `crop` with a deprecation warning. None: not given.
+            augment=placeholder(str),
             area_range=(0.05, 1.0),
             flip=True,
             shuffle_buffer=50_000,
-            aug_setting=placeholder(str),  # AugReg name (trainers/augment.py): none|light1|light2|
-            # medium1|medium2|strong1|strong2 (randaug + mixup)
+            # AugReg name (trainers/augment/settings.py): none|light1|light2|medium1|medium2|
+            # strong1|strong2 (randaug + mixup)
+            aug_setting=placeholder(str),
             randaug=placeholder(object),  # None/"" off, (num_layers, magnitude) or "randaug(2,15)"
             mixup=placeholder(float),  # Beta alpha; None/0: off (overrides aug_setting's)
             cutmix=placeholder(float),  # Beta alpha; None/0: off

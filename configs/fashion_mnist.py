@@ -48,7 +48,7 @@ def get_config():
     config.checkpoint_every = 500
     config.evals.test.every = 500  # the learning curve's test accuracy
     config.evals.test.batch_size = 500
-    config.input.augment = "none"  # flips only: see the docstring
+    config.input.crop = "none"  # flips only: see the docstring
     config.input.flip = True
     config.input.shuffle_buffer = 60_000
     # Keras' EMA starts at the initial weights without bias correction: after n

@@ -20,7 +20,7 @@ def get_config():
     config = fashion_mnist.get_config()
     # Pinned to the recorded runs' model and input (the demo's recipe has moved on).
     config.model.update(dict(patch_size=4, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4))
-    config.input.augment = "random_crop"
+    config.input.crop = "random_crop"
     config.label_smoothing = 0.0
     config.evals.test.every = 0
     config.objective = "masked_patch"

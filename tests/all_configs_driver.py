@@ -91,7 +91,7 @@ CHOICE_KEYS = (
     "mixed_precision",
     "jit_compile",  # as requested: with mixed_precision, deterministic_ops and the
     "deterministic_ops",  # strategy, what "auto" resolves to (the same on one path)
-    "input.augment",  # the crop
+    "input.crop",
     "input.dataset",  # which reader (data/readers.py)
     "input.flip",
     "input.shard_by",
@@ -143,6 +143,7 @@ VALUE_KEYS = (
     "input.verify_max_bytes",
     "input.max_pixels",
     "input.tfds_data_dir",
+    "input.augment",  # the crop's former name: folded into input.crop by resolve (None)
     "input.label_offset",
     "masked_patch.bits",
     "masked_patch.corruption_rate",
@@ -222,7 +223,7 @@ def path_key(mode, config):
     and the model, as a sorted tuple of (name, value): two configs with one key take the
     same path and differ only in hyper-parameter values. A function of the resolved
     config, so a config with a new choice is a new path without anyone listing it."""
-    from keras_vit_trainers import augment
+    from keras_vit_trainers.augment import settings as augment_settings
 
     flat = _flat(config)
     missing = unclassified_keys(config)
@@ -241,7 +242,7 @@ def path_key(mode, config):
         key["label_smoothing"] = bool(config.label_smoothing)
     elif config.objective == "masked_patch":
         key["masked_patch.target"] = config.masked_patch.target
-    aug = augment.resolve(config.input)
+    aug = augment_settings.resolve(config.input)
     key.update({f"augment.{k}": bool(aug[k]) for k in ("randaug", "mixup", "cutmix")})
     model = model_arguments(config)
     key.update({f"model.{k}": model[k] for k in MODEL_CHOICES})

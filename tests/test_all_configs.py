@@ -141,7 +141,7 @@ def test_the_path_key_tells_values_from_code_paths():
         {"loss": "sigmoid"},
         {"input.mixup": 0.2},
         {"input.aug_setting": "light1"},
-        {"input.augment": "random_crop"},
+        {"input.crop": "random_crop"},
         {"optimizer": "adamw"},
         {"decay_type": "linear"},
         {"ema_momentum": 0.0},

@@ -1,4 +1,4 @@
-"""AugReg augmentation (trainers/augment.py): per-image stateless RandAugment,
+"""AugReg augmentation (trainers/augment/): per-image stateless RandAugment,
 per-batch Mixup / CutMix, the AugReg names, and the pipeline staying a pure
 function of (seed, step) with augmentation on."""
 
@@ -8,23 +8,24 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_trainers import augment
 import trainer_testing as testing
 from keras_vit_trainers import input_pipeline as ip
+from keras_vit_trainers.augment import crops, mixing, randaugment, settings
 from keras_vit_trainers.input_spec import InputSpec
 
-SPEC = InputSpec(image_size=28, seed=3, num_classes=4, augment="inception_crop", shuffle_buffer=100)
+SPEC = InputSpec(image_size=28, seed=3, num_classes=4, crop="inception_crop", shuffle_buffer=100)
 AUG = dict(randaug=(2, 10), mixup=0.2, cutmix=1.0)
 
-# big_vision configs/vit_i21k.py and configs/vit_i1k.py (MIXUP_DEF p, RANDAUG_DEF).
-AUGREG_TABLE = {
-    "none": (None, 0.0),
-    "light1": ((2, 0), 0.0),
-    "light2": ((2, 10), 0.2),
-    "medium1": ((2, 15), 0.2),
-    "medium2": ((2, 15), 0.5),
-    "strong1": ((2, 20), 0.5),
-    "strong2": ((2, 20), 0.8),
+# The AugReg settings (Steiner et al. 2021; big_vision configs/vit_i21k.py and
+# configs/vit_i1k.py, RANDAUG_DEF and MIXUP_DEF), as `describe` writes them.
+AUGREG_SETTINGS = {
+    "none": "off",
+    "light1": "randaug(2,0)",
+    "light2": "randaug(2,10) mixup(0.2)",
+    "medium1": "randaug(2,15) mixup(0.2)",
+    "medium2": "randaug(2,15) mixup(0.5)",
+    "strong1": "randaug(2,20) mixup(0.5)",
+    "strong2": "randaug(2,20) mixup(0.8)",
 }
 
 
@@ -42,29 +43,31 @@ def _image(h=17, w=23, seed=0):
 # --- config -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(AUGREG_TABLE))
-def test_augreg_names_give_the_big_vision_table(name):
-    randaug, mixup = AUGREG_TABLE[name]
-    assert augment.resolve({"aug_setting": name}) == dict(randaug=randaug, mixup=mixup, cutmix=0.0)
+def test_augreg_names_give_the_big_vision_table():
+    assert sorted(settings.AUGREG) == sorted(AUGREG_SETTINGS)
+    for name, expected in AUGREG_SETTINGS.items():
+        got = settings.resolve({"aug_setting": name})
+        assert settings.describe(got) == expected, name
+        assert got["cutmix"] == 0.0, name
 
 
 def test_resolve_forms_and_overrides():
     off = dict(randaug=None, mixup=0.0, cutmix=0.0)
-    assert augment.resolve(None) == augment.resolve({}) == off
-    assert augment.resolve({"augment": "inception_crop", "flip": True}) == off
+    assert settings.resolve(None) == settings.resolve({}) == off
+    assert settings.resolve({"crop": "inception_crop", "flip": True}) == off
     for value in ("randaug(2,15)", "randaug( 2, 15 )", "(2,15)", (2, 15), [2, 15], (2.0, 15.0)):
-        assert augment.resolve({"randaug": value})["randaug"] == (2, 15), value
+        assert settings.resolve({"randaug": value})["randaug"] == (2, 15), value
     for value in ("", "none", 0, (0, 10)):
-        assert augment.resolve({"aug_setting": "strong1", "randaug": value})["randaug"] is None
-    got = augment.resolve({"aug_setting": "medium2", "mixup": 0, "cutmix": 1.0})
+        assert settings.resolve({"aug_setting": "strong1", "randaug": value})["randaug"] is None
+    got = settings.resolve({"aug_setting": "medium2", "mixup": 0, "cutmix": 1.0})
     assert got == dict(randaug=(2, 15), mixup=0.0, cutmix=1.0)
-    assert augment.resolve({"aug_setting": "light2", "randaug": "randaug(2,20)"}) == dict(
+    assert settings.resolve({"aug_setting": "light2", "randaug": "randaug(2,20)"}) == dict(
         randaug=(2, 20), mixup=0.2, cutmix=0.0
     )
-    assert augment.resolve({"mixup": "0.5", "cutmix": None}) == dict(
+    assert settings.resolve({"mixup": "0.5", "cutmix": None}) == dict(
         randaug=None, mixup=0.5, cutmix=0.0
     )
-    assert augment.resolve(got) == got  # a resolved dict resolves to itself
+    assert settings.resolve(got) == got  # a resolved dict resolves to itself
 
 
 @pytest.mark.parametrize(
@@ -85,27 +88,27 @@ def test_resolve_forms_and_overrides():
 )
 def test_bad_values_raise_naming_the_key(cfg, key):
     with pytest.raises(ValueError, match=key):
-        augment.resolve(cfg)
+        settings.resolve(cfg)
 
 
 # --- RandAugment ops ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", augment.OP_NAMES)
+@pytest.mark.parametrize("name", randaugment.OP_NAMES)
 def test_each_op_keeps_shape_dtype_and_range(name):
     image = _image()
     for magnitude in (0, 10, 15, 20, 30):
-        out = augment.apply_op(image, name, magnitude, [5, 6]).numpy()
+        out = randaugment.apply_op(image, name, magnitude, [5, 6]).numpy()
         assert out.shape == (17, 23, 3) and out.dtype == np.float32, (name, magnitude)
         assert 0 <= out.min() and out.max() <= 255, (name, magnitude)
         np.testing.assert_array_equal(out, np.round(out))  # uint8 values, as the official ops
 
 
-@pytest.mark.parametrize("name", augment.GEOMETRIC_OPS)
+@pytest.mark.parametrize("name", randaugment.GEOMETRIC_OPS)
 def test_geometric_ops_at_magnitude_0_are_the_identity(name):
     image = _image(21, 30)
     for seed in ([0, 1], [7, 8]):
-        np.testing.assert_array_equal(augment.apply_op(image, name, 0, seed), image)
+        np.testing.assert_array_equal(randaugment.apply_op(image, name, 0, seed), image)
 
 
 def test_official_level_mappings():
@@ -113,18 +116,20 @@ def test_official_level_mappings():
     x = image.numpy()
 
     def same(name, m):
-        return np.array_equal(augment.apply_op(image, name, m, [0, 0]), x)
+        return np.array_equal(randaugment.apply_op(image, name, m, [0, 0]), x)
 
     assert same("Posterize", 20) and same("SolarizeAdd", 0)
     assert not same("Posterize", 10) and not same("Solarize", 15) and not same("Brightness", 0)
     # Solarize threshold int(256 * m / 10) wraps in uint8: m=10 inverts all, m=15 >= 128.
-    np.testing.assert_array_equal(augment.apply_op(image, "Solarize", 10, [0, 0]), 255 - x)
+    np.testing.assert_array_equal(randaugment.apply_op(image, "Solarize", 10, [0, 0]), 255 - x)
     np.testing.assert_array_equal(
-        augment.apply_op(image, "Solarize", 15, [0, 0]), np.where(x < 128, x, 255 - x)
+        randaugment.apply_op(image, "Solarize", 15, [0, 0]), np.where(x < 128, x, 255 - x)
     )
-    np.testing.assert_array_equal(augment.apply_op(image, "Posterize", 10, [0, 0]), x // 16 * 16)
     np.testing.assert_array_equal(
-        augment.apply_op(image, "Posterize", 0, [0, 0]), x // 128 * 128
+        randaugment.apply_op(image, "Posterize", 10, [0, 0]), x // 16 * 16
+    )
+    np.testing.assert_array_equal(
+        randaugment.apply_op(image, "Posterize", 0, [0, 0]), x // 128 * 128
     )  # shift 8 acts as 7, as TF runs it
 
 
@@ -133,21 +138,21 @@ def test_translate_and_cutout_scale_with_the_image():
     image = tf.constant(np.tile(np.arange(56, dtype=np.float32)[None, :, None], [8, 1, 3]))
     shifts = set()
     for seed in range(8):
-        out = augment.apply_op(image, "TranslateX", 10, [seed, 0]).numpy()
+        out = randaugment.apply_op(image, "TranslateX", 10, [seed, 0]).numpy()
         if out[0, 0, 0] == 25:  # content moved left
             np.testing.assert_array_equal(out[:, :31], image.numpy()[:, 25:])
-            assert (out[:, 31:] == augment.FILL).all()
+            assert (out[:, 31:] == randaugment.FILL).all()
             shifts.add("left")
         else:
             np.testing.assert_array_equal(out[:, 25:], image.numpy()[:, :31])
-            assert (out[:, :25] == augment.FILL).all()
+            assert (out[:, :25] == randaugment.FILL).all()
             shifts.add("right")
     assert shifts == {"left", "right"}
     # Cutout at m=10 on a 224 px image: the official 80 x 80 square (2 * 40 px).
     sides = set()
     for seed in range(6):
-        out = augment.apply_op(tf.zeros([224, 224, 3]), "Cutout", 10, [seed, 1]).numpy()
-        rows, cols = np.nonzero(out[:, :, 0] == augment.FILL)
+        out = randaugment.apply_op(tf.zeros([224, 224, 3]), "Cutout", 10, [seed, 1]).numpy()
+        rows, cols = np.nonzero(out[:, :, 0] == randaugment.FILL)
         sides.add((rows.max() - rows.min() + 1, cols.max() - cols.min() + 1))
         assert rows.max() - rows.min() < 80 and cols.max() - cols.min() < 80
     assert (80, 80) in sides
@@ -155,14 +160,14 @@ def test_translate_and_cutout_scale_with_the_image():
 
 def test_randaug_works_on_any_size_in_graph_mode():
     fn = tf.function(
-        lambda x, s: augment.randaug(x, s, 2, 15),
+        lambda x, s: randaugment.randaug(x, s, 2, 15),
         input_signature=[tf.TensorSpec([None, None, 3], tf.float32), tf.TensorSpec([2], tf.int64)],
     )
     for h, w in ((9, 13), (32, 32), (40, 24)):
         out = fn(_image(h, w) + 0.4, tf.constant([h, w], tf.int64)).numpy()
         assert out.shape == (h, w, 3) and out.dtype == np.float32
         assert 0 <= out.min() and out.max() <= 255
-    out = augment.randaug(_image(), tf.constant([1, 2], tf.int64), 2, 10, prob_range=(0.2, 0.8))
+    out = randaugment.randaug(_image(), tf.constant([1, 2], tf.int64), 2, 10, prob_range=(0.2, 0.8))
     assert out.shape == (17, 23, 3)
 
 
@@ -171,31 +176,21 @@ def test_each_image_draws_its_own_ops():
         tf.random.experimental.stateless_split(tf.constant([3 * 65_537, i], tf.int64), 3)[2]
         for i in range(64)
     ]
-    ops = np.stack([augment.sample_ops(s, 2).numpy() for s in seeds])
-    assert ops.min() >= 0 and ops.max() < len(augment.OP_NAMES)
+    ops = np.stack([randaugment.sample_ops(s, 2).numpy() for s in seeds])
+    assert ops.min() >= 0 and ops.max() < len(randaugment.OP_NAMES)
     assert len(set(ops[:, 0])) >= 12 and len(set(ops[:, 1])) >= 12
     assert len({tuple(o) for o in ops}) >= 40
     # randaug applies exactly the drawn op (checked on ops that draw nothing else).
     image = _image()
-    unsigned = {
-        "AutoContrast",
-        "Equalize",
-        "Invert",
-        "Posterize",
-        "Solarize",
-        "Color",
-        "Contrast",
-        "Brightness",
-        "Sharpness",
-        "SolarizeAdd",
-    }
+    unsigned = set(randaugment.OP_NAMES) - set(randaugment.GEOMETRIC_OPS)  # no sign, no centre
+    assert len(unsigned) == 10
     checked = 0
     for i, s in enumerate(seeds):
-        name = augment.OP_NAMES[augment.sample_ops(s, 1).numpy()[0]]
+        name = randaugment.OP_NAMES[randaugment.sample_ops(s, 1).numpy()[0]]
         if name in unsigned:
             np.testing.assert_array_equal(
-                augment.randaug(image, s, 1, 10),
-                augment.apply_op(image, name, 10, [i, 0]),
+                randaugment.randaug(image, s, 1, 10),
+                randaugment.apply_op(image, name, 10, [i, 0]),
                 err_msg=name,
             )
             checked += 1
@@ -203,7 +198,7 @@ def test_each_image_draws_its_own_ops():
 
 
 def test_pipeline_randaugments_each_example_with_its_own_seed(data):
-    spec = replace(SPEC, augment="none", flip=False)  # 28 px data at 28 px: the raw images
+    spec = replace(SPEC, crop="none", flip=False)  # 28 px data at 28 px: the raw images
     ((plain, labels),) = testing.take(ip.train_dataset(data, spec, batch_size=8), 1)
     ((aug, aug_labels),) = testing.take(
         ip.train_dataset(data, replace(spec, augmentation={"randaug": (2, 10)}), batch_size=8), 1
@@ -213,9 +208,9 @@ def test_pipeline_randaugments_each_example_with_its_own_seed(data):
     ops = set()
     for i in range(8):  # example i of epoch 0: seed [seed * 65537 + 0, i], third split
         seed = tf.random.experimental.stateless_split(tf.constant([3 * 65_537, i], tf.int64), 3)[2]
-        expected = ip.scale(augment.randaug(tf.constant(raw[i]), seed, 2, 10))
+        expected = ip.scale(randaugment.randaug(tf.constant(raw[i]), seed, 2, 10))
         np.testing.assert_allclose(aug[i], expected, atol=1e-6)
-        ops.add(tuple(augment.sample_ops(seed, 2).numpy()))
+        ops.add(tuple(randaugment.sample_ops(seed, 2).numpy()))
     assert len(ops) >= 6
 
 
@@ -226,6 +221,22 @@ def test_turning_randaug_on_keeps_the_crop_and_flip_seeds():
             tf.random.experimental.stateless_split(s, 3)[:2],
             tf.random.experimental.stateless_split(s, 2),
         )
+
+
+def test_each_crop_name_gives_the_training_size_and_others_are_named():
+    image = _image(30, 40)
+    seed = tf.constant([4, 5], tf.int64)
+    for name in settings.CROPS:
+        out = crops.crop(image, seed, (12, 16), name)
+        assert out.shape == (12, 16, 3) and out.dtype == tf.float32, name
+        np.testing.assert_array_equal(out, crops.crop(image, seed, (12, 16), name))  # stateless
+    resized = tf.image.resize(image, (12, 16))
+    np.testing.assert_array_equal(crops.crop(image, seed, (12, 16), "none"), resized)
+    assert not np.array_equal(crops.crop(image, seed, (12, 16), "inception_crop"), resized)
+    flips = {bool(np.array_equal(crops.flip(resized, [i, 0]), resized[:, ::-1])) for i in range(8)}
+    assert flips == {True, False}
+    with pytest.raises(ValueError, match="^input.crop='medium1': expected inception_crop, "):
+        crops.crop(image, seed, (12, 16), "medium1")
 
 
 # --- Mixup / CutMix ---------------------------------------------------------------
@@ -241,7 +252,7 @@ def test_mixup_mixes_images_and_labels_by_one_ratio():
     values, images, labels = _constant_batch()
     lams = []
     for step in range(6):
-        out, mixed = augment.mix_batch(images, labels, augment.mix_seed(0, step), mixup_alpha=0.5)
+        out, mixed = mixing.mix_batch(images, labels, mixing.mix_seed(0, step), mixup_alpha=0.5)
         out, mixed = out.numpy(), mixed.numpy()
         np.testing.assert_allclose(mixed.sum(1), 1.0, rtol=1e-6)
         partner = np.roll(values, 1)
@@ -259,7 +270,7 @@ def test_cutmix_labels_are_the_pasted_area():
     values, images, labels = _constant_batch()
     areas = []
     for step in range(8):
-        out, mixed = augment.mix_batch(images, labels, augment.mix_seed(1, step), cutmix_alpha=1.0)
+        out, mixed = mixing.mix_batch(images, labels, mixing.mix_seed(1, step), cutmix_alpha=1.0)
         out, mixed = out.numpy()[..., 0], mixed.numpy()
         np.testing.assert_allclose(mixed.sum(1), 1.0, rtol=1e-6)
         partner = np.roll(values, 1)
@@ -280,7 +291,7 @@ def test_both_on_picks_one_per_batch():
     values, images, labels = _constant_batch()
     kinds = []
     for step in range(24):
-        out, mixed = augment.mix_batch(images, labels, augment.mix_seed(2, step), 0.5, 1.0)
+        out, mixed = mixing.mix_batch(images, labels, mixing.mix_seed(2, step), 0.5, 1.0)
         out = out.numpy()[..., 0]
         np.testing.assert_allclose(mixed.numpy().sum(1), 1.0, rtol=1e-6)
         pasted = np.isin(out, values).all()

@@ -12,7 +12,7 @@ from keras_vit_trainers import input_pipeline as ip
 import trainer_testing as testing
 from keras_vit_trainers.input_spec import InputSpec
 
-SPEC = InputSpec(image_size=28, seed=3, num_classes=4, augment="inception_crop", shuffle_buffer=100)
+SPEC = InputSpec(image_size=28, seed=3, num_classes=4, crop="inception_crop", shuffle_buffer=100)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def _data_with_bad_records(directory, n=24, bad=(5, 14)):
 
 def test_resume_past_records_that_do_not_decode_sees_the_uninterrupted_batches(tmp_path):
     data = _data_with_bad_records(tmp_path)
-    spec = InputSpec(image_size=4, seed=1, num_classes=24, augment="none", flip=False)
+    spec = InputSpec(image_size=4, seed=1, num_classes=24, crop="none", flip=False)
     spec = dataclasses.replace(spec, shuffle_buffer=8)
     kw = dict(batch_size=4)
     steps = 8  # an epoch is 6 steps of 4 records

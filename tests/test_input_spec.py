@@ -8,9 +8,10 @@ import pytest
 import tensorflow as tf
 from keras_vit_configs import fashion_mnist
 from keras_vit_data import image_header, records
-from keras_vit_trainers import augment, objectives
-import trainer_testing as testing
 from keras_vit_trainers import input_pipeline as ip
+from keras_vit_trainers import objectives
+import trainer_testing as testing
+from keras_vit_trainers.augment import settings as augment_settings
 from keras_vit_trainers.input_spec import InputSpec
 
 N_TRAIN, PER_SHARD = 24, 8  # three shards
@@ -40,8 +41,9 @@ def test_from_config_reads_every_data_fact_once():
     spec = InputSpec.from_config(config, 10, False, objective)
     assert spec.image_size == ip.image_hw(config.image_size)
     assert (spec.shard_by, spec.strict, spec.seed) == ("files", True, 7)
+    assert spec.crop == config.input.crop == "none"  # fashion_mnist: flips only
     assert (spec.split, spec.max_examples, spec.num_classes) == ("holdout", 40, 10)
-    assert spec.augmentation == augment.resolve(config.input)
+    assert spec.augmentation == augment_settings.resolve(config.input)
     assert spec.augmentation["cutmix"] == 0.5
     assert spec.max_pixels == image_header.DEFAULT_MAX_PIXELS  # input.max_pixels unset
     images, labels = spec.batch_fn(tf.zeros([2, 4, 4, 3]), tf.constant([1, 3]))
@@ -108,7 +110,7 @@ def test_records_stream_reads_each_record_once_an_epoch_and_resumes(info):
 
 
 def test_example_stage_decodes_and_augments_each_record_by_its_seed(info):
-    spec = InputSpec(image_size=12, augment="random_crop", num_classes=4, strict=True)
+    spec = InputSpec(image_size=12, crop="random_crop", num_classes=4, strict=True)
     record = _records(info)[:1] * 2
     ds = tf.data.Dataset.from_tensor_slices(
         (tf.constant([0, 0], tf.int64), tf.constant([0, 1], tf.int64), record)

@@ -127,7 +127,7 @@ def test_unknown_masked_patch_option_is_an_error():
 
 def test_train_examples_limits_the_training_set_to_its_first_records(data_dir):
     spec = InputSpec(
-        image_size=28, augment="none", flip=False, num_classes=4, shuffle_buffer=64, max_examples=40
+        image_size=28, crop="none", flip=False, num_classes=4, shuffle_buffer=64, max_examples=40
     )
     everything = input_pipeline.eval_dataset(data_dir, spec, batch_size=64, split="train")
     first = next(iter(everything))[0].numpy()[:40]  # the first 40 records, in order

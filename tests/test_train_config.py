@@ -2,6 +2,8 @@
 and the command line, which always wins; and the trainer's exit on an --init that
 does not fit the config."""
 
+import logging
+
 import pytest
 from keras_vit_configs import common, fashion_mnist
 from keras_vit_trainers import train_config
@@ -45,23 +47,97 @@ def test_model_may_be_a_builder_name_or_a_dict():
     assert train_config.resolve(config, "pretrain").model == "ViT_Ti16"
 
 
-def test_config_flag_accepts_a_builder_name_for_a_dict_model():
-    r = testing.run(
+def _config_program(main_body, *flags):
+    """A small absl program with trainers/app.py's --config flag, run with `flags`:
+    `main_body` (lines of `main(_)`; flags.FLAGS, config_flags and train_config in scope)."""
+    return testing.run(
         [
             testing.PY,
             "-c",
             "from absl import app, flags\n"
             "from ml_collections import config_flags\n"
+            "from keras_vit_trainers import train_config\n"
             "config_flags.DEFINE_config_file('config', None, '', lock_config=False)\n"
-            "def main(_):\n"
-            "    print('MODEL', flags.FLAGS.config.model)\n"
-            "app.run(main)\n",
+            "def main(_):\n" + "".join(f"    {line}\n" for line in main_body) + "app.run(main)\n",
             "--config=configs/fashion_mnist.py",
-            "--config.model=ViT_Ti16",
+            *flags,
         ]
     )
+
+
+def test_config_flag_accepts_a_builder_name_for_a_dict_model():
+    r = _config_program(["print('MODEL', flags.FLAGS.config.model)"], "--config.model=ViT_Ti16")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "MODEL ViT_Ti16" in r.stdout
+
+
+def _resolve_logging(caplog, config, mode="pretrain", overrides=None):
+    """train_config.resolve's config and the warnings it logged."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trainers"):
+        resolved = train_config.resolve(config, mode, overrides)
+    return resolved, [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_former_crop_key_sets_the_crop_with_one_warning(caplog):
+    """input.augment, renamed input.crop, still works for one release: the command
+    line's (over the config file's crop) or a config file's, with one warning line."""
+    config = fashion_mnist.get_config()
+    assert config.input.crop == "none" and config.input.augment is None
+    resolved, warned = _resolve_logging(caplog, config, overrides={"input.augment": "random_crop"})
+    assert (resolved.input.crop, resolved.input.augment) == ("random_crop", None)
+    assert warned == ["input.augment is deprecated: use --config.input.crop=random_crop"]
+    # A config file that sets the old key, in the top level or in the mode's section.
+    old_file = common.base_config()
+    old_file.input.augment = "none"
+    resolved, warned = _resolve_logging(caplog, old_file, "finetune")
+    assert (resolved.input.crop, resolved.input.augment) == ("none", None)
+    assert warned == ["input.augment is deprecated: use --config.input.crop=none"]
+    sectioned = common.base_config()
+    sectioned.finetune.input = {"augment": "random_crop"}
+    assert _resolve_logging(caplog, sectioned, "finetune")[0].input.crop == "random_crop"
+    resolved, warned = _resolve_logging(caplog, sectioned, "pretrain")  # not its section
+    assert (resolved.input.crop, resolved.input.augment, warned) == ("inception_crop", None, [])
+    # The command line's new key wins over a config file's old one (still a warning).
+    resolved, warned = _resolve_logging(caplog, old_file, overrides={"input.crop": "random_crop"})
+    assert (resolved.input.crop, resolved.input.augment) == ("random_crop", None)
+    assert len(warned) == 1
+    # Both names, agreeing: the crop, one warning. Only the new name: no warning.
+    both = {"input.augment": "none", "input.crop": "none"}
+    resolved, warned = _resolve_logging(caplog, common.base_config(), overrides=both)
+    assert (resolved.input.crop, resolved.input.augment, len(warned)) == ("none", None, 1)
+    resolved, warned = _resolve_logging(caplog, fashion_mnist.get_config())
+    assert (resolved.input.crop, resolved.input.augment, warned) == ("none", None, [])
+
+
+@pytest.mark.parametrize(
+    "config_values, overrides",
+    [
+        ({}, {"input.augment": "none", "input.crop": "random_crop"}),  # both on the command line
+        ({"augment": "none", "crop": "random_crop"}, {}),  # both in the config file
+    ],
+)
+def test_both_crop_names_disagreeing_are_left_for_the_config_check(config_values, overrides):
+    """Not folded (config_checks.check_renamed refuses them: tests/test_train_errors.py)."""
+    config = common.base_config()
+    config.input.update(config_values)
+    resolved = train_config.resolve(config, "pretrain", overrides)
+    assert (resolved.input.augment, resolved.input.crop) == ("none", "random_crop")
+
+
+# The trainers' resolution of the --config flag (trainers/app.py), printing the crop.
+PRINT_CROP = (
+    "overrides = config_flags.get_override_values(flags.FLAGS['config'])",
+    "c = train_config.resolve(flags.FLAGS.config, 'pretrain', overrides)",
+    "print('CROP', c.input.crop, c.input.augment)",
+)
+
+
+def test_the_former_crop_flag_parses_and_resolves():
+    r = _config_program(PRINT_CROP, "--config.input.augment=random_crop")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "CROP random_crop None" in r.stdout
+    assert "input.augment is deprecated: use --config.input.crop=random_crop" in r.stderr
 
 
 def test_finetune_with_an_init_of_another_model_exits_2_naming_the_builder(tmp_path):

@@ -100,16 +100,22 @@ NOT_BUILT = (
     "runpy.run_path(sys.argv[0], run_name='__main__')\n"
 )
 MISTAKES = {
-    # The issue's: a run shorter than its warm-up; an AugReg name given to the crop's key.
+    # The issue's: a run shorter than its warm-up; an AugReg name given to the crop's key;
+    # the crop's former name (input.augment) given with the new one, disagreeing.
     "schedule": (
         ["--config.warmup_steps=50", "--config.total_steps=20", "--strategy=default"],
         "--config.total_steps=20 must exceed warmup_steps=50; give a smaller "
         "--config.warmup_steps or a larger --config.total_steps",
     ),
-    "augment": (
-        ["--config.input.augment=medium1", "--strategy=default"],
-        "--config.input.augment='medium1': expected inception_crop, random_crop or none; "
+    "crop": (
+        ["--config.input.crop=medium1", "--strategy=default"],
+        "--config.input.crop='medium1': expected inception_crop, random_crop or none; "
         "'medium1' is an AugReg setting: give --config.input.aug_setting=medium1",
+    ),
+    "renamed": (
+        ["--config.input.augment=none", "--config.input.crop=random_crop", "--strategy=default"],
+        "--config.input.augment='none' and --config.input.crop='random_crop' disagree: "
+        "input.augment is the deprecated name of input.crop; give --config.input.crop alone",
     ),
     "jit": (
         ["--config.jit_compile=True", "--strategy=mirrored", "--cpu_replicas=2"],
@@ -193,8 +199,17 @@ def test_the_shipped_config_passes_the_checks():
         ({"optimizer": "lamb"}, "--config.optimizer='lamb': expected adamw or sgd"),
         ({"loss": "hinge"}, "--config.loss='hinge': expected softmax or sigmoid"),
         ({"objective": "jigsaw"}, "--config.objective='jigsaw': expected one of"),
-        ({"input.augment": "light2"}, "give --config.input.aug_setting=light2"),
-        ({"input.augment": "crop"}, "--config.input.augment='crop': expected inception_crop"),
+        ({"input.crop": "light2"}, "give --config.input.aug_setting=light2"),
+        ({"input.crop": "crop"}, "--config.input.crop='crop': expected inception_crop"),
+        (  # the crop's former name: folded into input.crop, then checked as it
+            {"input.augment": "light2"},
+            "--config.input.crop='light2': expected inception_crop, random_crop or none; "
+            "'light2' is an AugReg setting: give --config.input.aug_setting=light2",
+        ),
+        (
+            {"input.augment": "none", "input.crop": "random_crop"},
+            "--config.input.augment='none' and --config.input.crop='random_crop' disagree",
+        ),
         ({"input.aug_setting": "medium9"}, "--config.input.aug_setting='medium9': expected one"),
         ({"input.randaug": "(2,x)"}, "--config.input.randaug='(2,x)': expected None"),
         ({"input.mixup": -1.0}, "--config.input.mixup=-1.0: expected a Beta concentration"),
@@ -238,6 +253,19 @@ def test_each_config_mistake_is_one_line_naming_the_flag(overrides, message):
     assert "\n" not in str(error.value)
 
 
+def test_a_config_file_giving_both_crop_names_differently_is_refused():
+    from keras_vit_trainers import config_checks
+
+    config = fashion_mnist.get_config()  # input.crop = "none"
+    config.input.augment = "random_crop"
+    with pytest.raises(config_checks.ConfigError) as error:
+        _check({}, config)
+    assert str(error.value) == (
+        "--config.input.augment='random_crop' and --config.input.crop='none' disagree: "
+        "input.augment is the deprecated name of input.crop; give --config.input.crop alone"
+    )
+
+
 @pytest.mark.parametrize(
     "config, key, message",
     [
@@ -258,7 +286,8 @@ def test_each_config_mistake_is_one_line_naming_the_flag(overrides, message):
         ("cifar10", "seed.x", "--config.seed.x: config.seed is 0, which has no keys"),
         ("cifar10", "model_overrides.stochastic_depth_rate", None),
         ("fashion_mnist", "model.hidden_size", None),
-        ("fashion_mnist", "input.augment", None),
+        ("fashion_mnist", "input.augment", None),  # the crop's former name, for one release
+        ("fashion_mnist", "input.crop", None),
     ],
 )
 def test_override_error_names_the_flag_and_the_fix(config, key, message):

@@ -5,6 +5,8 @@ line that names the flag and the fix, which trainers/app.py prints before exitin
 2 (a traceback is for bugs). Each check calls the validator the run itself calls later,
 where there is one, so that the check and the run cannot disagree:
 
+  renamed keys  an old key (train_config.RENAMED: input.augment) given with its new
+                name too, to another value (train_config.resolve folds it otherwise)
   model         config.model a keras_vit builder name or a dict, and model_overrides,
                 bound to `VisionTransformer`'s signature (the model is not built)
   objective     `objectives.get` and the objective's `loss`; masked_patch: its options and
@@ -12,10 +14,10 @@ where there is one, so that the check and the run cannot disagree:
   schedule      `schedules.WarmupDecay` on the steps the plan trains
   optimizer     `optimizers.make_optimizer`; the fine-tuning controls `freeze.check`,
                 `layer_decay.check` and weight_decay_exclude (variable names)
-  augmentation  `augment.resolve` (aug_setting, randaug, mixup, cutmix); the crop by
-                `input_pipeline.preprocess_train` on a 16x16 image (its own check runs
-                inside tf.data, after the model, otherwise); Mixup / CutMix need an
-                objective with class labels; input.shard_by
+  augmentation  `augment.settings.resolve` (aug_setting, randaug, mixup, cutmix); the
+                crop (input.crop) by `input_pipeline.preprocess_train` on a 16x16 image
+                (its own check runs inside tf.data, after the model, otherwise); Mixup /
+                CutMix need an objective with class labels; input.shard_by
   evals         `evaluators.build` (its evaluators are dropped)
   jit_compile   `keras_vit.compilation.training_jit_compile`: "auto" resolved (one log
                 line says to what and why), True where XLA cannot train refused
@@ -30,7 +32,6 @@ import logging
 import keras
 import tensorflow as tf
 from keras_vit_trainers import (
-    augment,
     evaluators,
     freeze,
     input_pipeline,
@@ -40,8 +41,10 @@ from keras_vit_trainers import (
     objectives,
     optimizers,
     schedules,
+    train_config,
 )
 from keras_vit_trainers import strategy as strategy_lib
+from keras_vit_trainers.augment import settings as augment_settings
 
 from keras_vit import builders, compilation
 from keras_vit import masked_patch as masked_patch_lib
@@ -62,8 +65,8 @@ class ConfigError(ValueError):
 
 
 def _flag_error(error, hint=None):
-    """A validator's ValueError ('input.augment=...: expected ...', 'config.loss=...')
-    as a ConfigError naming the flag ('--config.input.augment=...')."""
+    """A validator's ValueError ('input.crop=...: expected ...', 'config.loss=...')
+    as a ConfigError naming the flag ('--config.input.crop=...')."""
     message = str(error).splitlines()[0]
     message = "--" + message if message.startswith("config.") else "--config." + message
     key = message[len("--config.") :].split("=")[0].split(":")[0]
@@ -85,6 +88,18 @@ def _model_arguments(config):
         )
     spec = dict(spec)
     return spec.pop("variant", None), {**spec, **overrides}
+
+
+def check_renamed(config):
+    """No renamed key given under both names with different values (train_config.RENAMED;
+    train_config.resolve has moved every other old key's value to its new key)."""
+    for old, new in train_config.RENAMED.items():
+        value, current = train_config.get(config, old), train_config.get(config, new)
+        if value is not None and value != current:
+            raise ConfigError(
+                f"--config.{old}={value!r} and --config.{new}={current!r} disagree: {old} is "
+                f"the deprecated name of {new}; give --config.{new} alone"
+            )
 
 
 def check_model(config):
@@ -155,21 +170,21 @@ def check_input(config, objective):
     Mixup / CutMix only with class labels (`objective`'s)."""
     inp = config.input
     try:
-        aug = augment.resolve(inp)
+        aug = augment_settings.resolve(inp)
         input_pipeline.preprocess_train(
             tf.zeros([TRIAL_SIZE, TRIAL_SIZE, 3], tf.uint8),
             tf.zeros([2], tf.int64),
             (TRIAL_SIZE, TRIAL_SIZE),
-            augment=inp.augment,
+            crop=inp.crop,
             area_range=tuple(inp.area_range),
             flip=False,
         )
     except ValueError as e:
         hint = None
-        if str(inp.augment).strip().lower() in augment.AUGREG:
+        if str(inp.crop).strip().lower() in augment_settings.AUGREG:
             hint = (
-                f"{inp.augment!r} is an AugReg setting: give --config.input.aug_setting="
-                f"{inp.augment} (input.augment is the crop)"
+                f"{inp.crop!r} is an AugReg setting: give --config.input.aug_setting="
+                f"{inp.crop} (input.crop chooses the crop only)"
             )
         raise _flag_error(e, hint) from None
     if inp.shard_by not in input_pipeline.SHARD_BY:
@@ -178,7 +193,7 @@ def check_input(config, objective):
         )
     if (aug["mixup"] or aug["cutmix"]) and not isinstance(objective, objectives.Classification):
         raise ConfigError(
-            f"--config.input.mixup / cutmix / aug_setting: Mixup and CutMix ({augment.describe(aug)}) "
+            f"--config.input.mixup / cutmix / aug_setting: Mixup and CutMix ({augment_settings.describe(aug)}) "
             f"mix class labels, which the {objective.name} objective's targets are not; give "
             "--config.input.mixup=0 --config.input.cutmix=0"
         )
@@ -244,6 +259,7 @@ def check(config, strategy, *, data_dir, num_classes, total_steps):
         num_classes: the classes the model is built with.
         total_steps: the steps the plan trains (the schedule's length).
     """
+    check_renamed(config)
     check_model(config)
     objective = check_objective(config)
     check_schedule(config, total_steps)

@@ -13,11 +13,12 @@ config; the stream is staged: `records_stream` (records of this pipeline's share
 order) -> `example_stage` (decode, crop, flip, RandAugment) -> `batch_stage` (batch,
 failed rows filled, the objective's batch_fn) -> `mix_stage` (Mixup / CutMix).
 
-AugReg augmentation (`spec.augmentation`, trainers/augment.py, docs/augmentation.md):
-RandAugment runs per example after the crop and flip, from its own split of the
-example seed; Mixup / CutMix run per batch, after `batch_fn` (so on one-hot
-labels), from a batch seed that is a function of (seed, step). None: off, and
-the stream is exactly the one without the keyword.
+Augmentation (trainers/augment/, docs/augmentation.md): the crop (`spec.crop`) and
+flip (augment/crops.py) and, with AugReg's `spec.augmentation`, RandAugment
+(augment/randaugment.py) run per example, each from its own split of the example
+seed; Mixup / CutMix (augment/mixing.py) run per batch, after `batch_fn` (so on
+one-hot labels), from a batch seed that is a function of (seed, step).
+`spec.augmentation` None: off, and the stream is exactly the one without it.
 
 Across input pipelines (multi-worker, TPU hosts) the stream is split either by
 example (`shard_by='examples'`: pipeline p takes examples p, p+P, ...; every global
@@ -42,15 +43,14 @@ import logging
 
 import tensorflow as tf
 from keras_vit_data import image_header, records, splits
-from keras_vit_trainers import augment as augment_lib
+from keras_vit_trainers.augment import crops, mixing, randaugment
+from keras_vit_trainers.augment import settings as augment_settings
 
 from keras_vit import preprocessing as keras_vit_preprocessing
 from keras_vit.preprocessing import PIXEL_SCALE
 
 AUTOTUNE = tf.data.AUTOTUNE
 MEAN, SCALE = PIXEL_SCALE, PIXEL_SCALE  # [0, 255] -> [-1, 1], as the official code.
-# input.augment: the crops `preprocess_train` knows.
-CROPS = ("inception_crop", "random_crop", "none")
 # input.shard_by: how the stream is split across input pipelines (module docstring).
 SHARD_BY = ("examples", "files")
 
@@ -97,33 +97,11 @@ def scale(image, preprocessing=None):
     return keras_vit_preprocessing.preprocess_input(tf.cast(image, tf.float32), preprocessing)
 
 
-def inception_crop(image, seed, image_size, area_range=(0.05, 1.0)):
-    """The official train augmentation: random area/aspect crop, resize, flip."""
-    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        tf.shape(image),
-        tf.zeros([0, 0, 4], tf.float32),
-        seed=seed,
-        area_range=area_range,
-        aspect_ratio_range=(3 / 4, 4 / 3),
-        min_object_covered=0,
-        use_image_if_no_bounding_boxes=True,
-    )
-    image = tf.slice(image, begin, size)
-    return tf.image.resize(image, image_size)
-
-
-def random_crop(image, seed, image_size, padding=4):
-    """Pad-and-crop (the CIFAR/Fashion-MNIST-style light augmentation)."""
-    image = tf.image.resize(image, image_size)
-    image = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]], mode="REFLECT")
-    return tf.image.stateless_random_crop(image, [*image_size, 3], seed=seed)
-
-
 def preprocess_train(
     image,
     seed,
     image_size,
-    augment="inception_crop",
+    crop="inception_crop",
     area_range=(0.05, 1.0),
     flip=True,
     randaug=None,
@@ -132,28 +110,20 @@ def preprocess_train(
     """uint8 (H, W, 3) -> float32 (*image_size, 3) in [-1, 1] (or as `preprocessing`
     normalises: `scale`).
 
-    Crop (`augment`), flip, then `randaug` = (num_layers, magnitude) or None
-    (augment_lib.randaug on the 0..255 image, before `scale`: big_vision's
+    Crop (`crop`, one of augment.settings.CROPS) and flip (augment/crops.py), then
+    `randaug` = (num_layers, magnitude) or None (augment/randaugment.py, on the 0..255
+    image, before `scale`: big_vision's
     `inception_crop(224)|flip_lr|randaug(2,15)|value_range(-1,1)`). `seed` (int64
     [2]) is split into crop, flip (and randaug) seeds; stateless_split(seed, 3)
     starts with the two seeds of stateless_split(seed, 2), so turning RandAugment
     on leaves the crops and flips as they were.
     """
     seeds = tf.random.experimental.stateless_split(seed, 3 if randaug else 2)
-    if augment == "inception_crop":
-        image = inception_crop(image, seeds[0], image_size, area_range)
-    elif augment == "random_crop":
-        image = random_crop(image, seeds[0], image_size)
-    elif augment == "none":
-        image = tf.image.resize(image, image_size)
-    else:
-        raise ValueError(
-            f"input.augment={augment!r}: expected {', '.join(CROPS[:-1])} or {CROPS[-1]}"
-        )
+    image = crops.crop(image, seeds[0], image_size, crop, area_range)
     if flip:
-        image = tf.image.stateless_random_flip_left_right(image, seeds[1])
+        image = crops.flip(image, seeds[1])
     if randaug:
-        image = augment_lib.randaug(image, seeds[2], *randaug)
+        image = randaugment.randaug(image, seeds[2], *randaug)
     return scale(image, preprocessing)
 
 
@@ -360,7 +330,7 @@ def example_stage(ds, spec):
             decode(encoded, spec.max_pixels),
             example_seed,
             spec.image_size,
-            spec.augment,
+            spec.crop,
             spec.area_range,
             spec.flip,
             randaug,
@@ -392,7 +362,7 @@ def mix_stage(ds, spec, first_batch):
     if not (aug and (aug["mixup"] or aug["cutmix"])):
         return ds
     return ds.enumerate(start=first_batch).map(
-        _batch_mixer(int(spec.seed), aug["mixup"], aug["cutmix"], spec.num_classes),
+        mixing.batch_mixer(int(spec.seed), aug["mixup"], aug["cutmix"], spec.num_classes),
         num_parallel_calls=AUTOTUNE,
         deterministic=True,
     )
@@ -421,7 +391,7 @@ def train_dataset(
     input_spec.InputSpec.
     """
     if spec.augmentation:
-        logging.info("train augmentation: %s", augment_lib.describe(spec.augmentation))
+        logging.info("train augmentation: %s", augment_settings.describe(spec.augmentation))
     info = first_examples(get_split(data_dir, spec.split, **spec.split_checks), spec.max_examples)
     share = pipeline_share(
         info,
@@ -491,28 +461,6 @@ def eval_dataset(data_dir, spec, *, batch_size, split="test", drop_remainder=Fal
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return ds.with_options(options).prefetch(AUTOTUNE)
-
-
-def _batch_mixer(seed, mixup_alpha, cutmix_alpha, num_classes):
-    """fn(step, (images, labels)) -> (images, labels) mixed by augment_lib.mix_batch."""
-
-    def fn(step, batch):
-        images, labels = batch
-        if labels.dtype.is_integer and labels.shape.rank == 1:
-            if not num_classes:
-                raise ValueError("input.mixup / input.cutmix on integer labels need num_classes")
-            labels = tf.one_hot(labels, num_classes)
-        if not labels.dtype.is_floating or labels.shape.rank != 2:
-            raise ValueError(
-                "input.mixup / input.cutmix mix one-hot or multi-hot labels of shape "
-                f"(batch, classes); the batches here have labels {labels.dtype.name} "
-                f"{labels.shape} (an objective whose targets are not class labels?)"
-            )
-        return augment_lib.mix_batch(
-            images, labels, augment_lib.mix_seed(seed, step), mixup_alpha, cutmix_alpha
-        )
-
-    return fn
 
 
 def image_hw(image_size):

@@ -13,22 +13,22 @@ import dataclasses
 
 from keras_vit_configs.common import VERIFY_MAX_BYTES
 from keras_vit_data import image_header
-from keras_vit_trainers import augment as augment_lib
 from keras_vit_trainers import input_pipeline
+from keras_vit_trainers.augment import settings as augment_settings
 
 
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """The data facts of a pipeline (see the module docstring).
 
-    image_size: (H, W) (an int is made square); augment: the crop, one of
-    input_pipeline.CROPS; area_range: inception_crop's; flip: random left-right flip;
-    shuffle_buffer: records permuted per window (<= 1: off); shard_by: one of
-    input_pipeline.SHARD_BY; strict: a corrupt shard or an undecodable record is fatal;
-    verify_max_bytes: splits up to this size are CRC-scanned at start-up; max_pixels:
-    an image declaring more pixels is a record that does not decode; augmentation:
-    RandAugment / Mixup / CutMix as `augment_lib.resolve` returns it (given raw, e.g.
-    `config.input`, it is resolved here), or None: off; batch_fn: maps each batch
+    image_size: (H, W) (an int is made square); crop: one of augment.settings.CROPS;
+    area_range: inception_crop's; flip: random left-right flip; shuffle_buffer: records
+    permuted per window (<= 1: off); shard_by: one of input_pipeline.SHARD_BY; strict: a
+    corrupt shard or an undecodable record is fatal; verify_max_bytes: splits up to this
+    size are CRC-scanned at start-up; max_pixels: an image declaring more pixels is a
+    record that does not decode; augmentation: RandAugment / Mixup / CutMix as
+    `augment.settings.resolve` returns it (given raw, e.g. `config.input`, it is
+    resolved here), or None: off; batch_fn: maps each batch
     (images, labels) -> (inputs, targets) (the objective's), or None; num_classes,
     multi_label: the labels (int32 () or multi-hot float32 (num_classes,)); split: the
     training split; max_examples: only its first N records (0: all); seed: the stream's;
@@ -39,7 +39,7 @@ class InputSpec:
     """
 
     image_size: tuple = (224, 224)
-    augment: str = "inception_crop"
+    crop: str = "inception_crop"
     area_range: tuple = (0.05, 1.0)
     flip: bool = True
     shuffle_buffer: int = 50_000
@@ -61,7 +61,7 @@ class InputSpec:
         object.__setattr__(self, "image_size", input_pipeline.image_hw(self.image_size))
         object.__setattr__(self, "area_range", tuple(self.area_range))
         if self.augmentation is not None:
-            object.__setattr__(self, "augmentation", augment_lib.resolve(self.augmentation))
+            object.__setattr__(self, "augmentation", augment_settings.resolve(self.augmentation))
 
     @classmethod
     def from_config(cls, config, num_classes, multi_label, objective, preprocessing=None):
@@ -73,7 +73,7 @@ class InputSpec:
         max_pixels = inp.get("max_pixels")
         return cls(
             image_size=config.image_size,
-            augment=inp.augment,
+            crop=inp.crop,
             area_range=tuple(inp.area_range),
             flip=bool(inp.flip),
             shuffle_buffer=int(inp.shuffle_buffer),
@@ -81,7 +81,7 @@ class InputSpec:
             strict=bool(inp.strict),
             verify_max_bytes=int(inp.verify_max_bytes),
             max_pixels=image_header.DEFAULT_MAX_PIXELS if max_pixels is None else int(max_pixels),
-            augmentation=inp,  # RandAugment / Mixup / CutMix (trainers/augment.py)
+            augmentation=inp,  # RandAugment / Mixup / CutMix (augment/settings.py)
             batch_fn=objective.map_batch(config, num_classes),
             num_classes=num_classes,
             multi_label=bool(multi_label),

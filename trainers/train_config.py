@@ -5,19 +5,34 @@
                <- its `<mode>` section ('pretrain' or 'finetune')
                <- the mode's TRAINER_DEFAULTS, for keys still None
                <- the command line's --config.KEY=VALUE, which always win
+               <- a renamed key's old name (`RENAMED`), moved to its new name
 
 A command-line key inside the other mode's section (`--config.finetune.X` given to
 pretrain.py) is an error naming the key, since it could not take effect. The keys of
 `model_overrides` left None are dropped: not set, the model's own value stands.
 
+A renamed key (`RENAMED`: `input.augment`, now `input.crop`) is accepted under its old
+name for one release: its value moves to the new key, with a one-line deprecation
+warning naming the new key. The command line wins over the config file here too; the
+two names given at one level with different values (both on the command line, or both
+in the config, the new one away from its default) are kept as they are, and
+trainers/config_checks.py refuses the config (`check_renamed`), with exit code 2.
+
 `override_error` names what is wrong with a `--config.KEY` the config has no place for
 (an unknown key; a key of a dict model given to a builder name), for trainers/app.py.
 """
+
+import logging
 
 import ml_collections
 from keras_vit_configs import common
 
 MODES = tuple(common.TRAINER_DEFAULTS)
+# Keys renamed, {old dotted key: new dotted key}: the old one stays in configs/common.py
+# as a placeholder (None: not given) for one release.
+RENAMED = {"input.augment": "input.crop"}
+
+log = logging.getLogger("trainers")
 
 
 def _merge(base, values, replace=()):
@@ -32,6 +47,14 @@ def _merge(base, values, replace=()):
             _merge(base[key], value)
         else:
             base[key] = value
+
+
+def get(config, dotted):
+    """config["a"]["b"] for dotted "a.b"."""
+    node = config
+    for key in dotted.split("."):
+        node = node[key]
+    return node
 
 
 def _set(config, dotted, value):
@@ -66,6 +89,7 @@ def resolve(config, mode, overrides=None):
     for key, value in common.TRAINER_DEFAULTS[mode].items():
         if resolved.get(key) is None:
             resolved[key] = value
+    given = set()
     for dotted, value in (overrides or {}).items():
         head, _, rest = dotted.partition(".")
         if head in MODES:
@@ -76,10 +100,36 @@ def resolve(config, mode, overrides=None):
                 )
             dotted = rest
         _set(resolved, dotted, value)
+        given.add(dotted)
+    _fold_renamed(resolved, given)
     for key, value in list(resolved.model_overrides.items()):
         if value is None:
             del resolved.model_overrides[key]
     return resolved
+
+
+def _fold_renamed(resolved, given):
+    """Each old key of RENAMED that is set moved to its new key, with a warning (module
+    docstring). `given`: the dotted keys given on the command line, which win over the
+    config's; the two names given at one level (both on the command line, or both in
+    the config, the new one away from its default) with different values are left as
+    they are, for config_checks.check_renamed to refuse."""
+    defaults = common.base_config()
+    for old, new in RENAMED.items():
+        value = get(resolved, old)
+        if value is None:
+            continue
+        current = get(resolved, new)
+        if old in given:  # on the command line: over the config's new key
+            if new in given and current != value:
+                continue  # both on the command line, and they disagree
+        elif new in given:  # in the config, the command line's new key over it
+            value = current
+        elif current not in (value, get(defaults, new)):
+            continue  # both in the config, and they disagree
+        log.warning("%s is deprecated: use --config.%s=%s", old, new, get(resolved, old))
+        _set(resolved, new, value)
+        _set(resolved, old, None)
 
 
 def _keys(node):

@@ -1,40 +1,16 @@
-"""AugReg data augmentation: per-image RandAugment, per-batch Mixup / CutMix.
+"""RandAugment (Cubuk et al. 2019), per image, as AugReg's big_vision runs it.
 
-"How to train your ViT? Data, augmentation, and regularization in vision
-transformers" (Steiner et al. 2021, arXiv:2106.10270) trains with RandAugment
-(Cubuk et al. 2019) on each image and Mixup (Zhang et al. 2017) on each batch.
-This module reimplements both as big_vision runs them, with stateless TF ops
-only (no tensorflow-addons, no keras_cv), so the training stream stays a pure
-function of (seed, step) and a resumed run sees the batches an uninterrupted run
-would have (trainers/input_pipeline.py).
+AugReg (Steiner et al. 2021, arXiv:2106.10270; settings.py) augments each image with
+RandAugment; this module reimplements it with stateless TF ops only (no
+tensorflow-addons, no keras_cv), so the training stream stays a pure function of
+(seed, step) and a resumed run sees the batches an uninterrupted run would have
+(trainers/input_pipeline.py).
 
 Why not `keras.layers.RandAugment`: in Keras 3.15 it draws the op indices once
 per call, i.e. once per *batch* (every image of a batch gets the same ops), and
 draws from its own stateful `SeedGenerator`, so its stream depends on how many
 times it was called, not on (seed, step). The official op draws its ops per
 image, in the per-example tf.data map; so does `randaug` here.
-
-Config (`config.input`, read by `resolve`):
-
-  aug_setting  None | 'none' | 'light1' | 'light2' | 'medium1' | 'medium2' |
-               'strong1' | 'strong2': sets randaug and mixup as `AUGREG` (the
-               MIXUP_DEF / RANDAUG_DEF tables of big_vision's
-               big_vision/configs/vit_i21k.py and big_vision/configs/vit_i1k.py,
-               github.com/google-research/big_vision; both files have the same
-               tables). The keys below, when not None, override it.
-  randaug      None (not set) | '' / 'none' / 0 (off) | (num_layers, magnitude)
-               | 'randaug(2,15)'.
-  mixup        Beta concentration alpha; None (not set) / 0: off.
-  cutmix       Beta concentration alpha; None / 0: off.
-
-  AUGREG   randaug        mixup alpha
-  none     off            0
-  light1   randaug(2,0)   0      ("Actually not nothing!": m=0 is not identity)
-  light2   randaug(2,10)  0.2
-  medium1  randaug(2,15)  0.2
-  medium2  randaug(2,15)  0.5
-  strong1  randaug(2,20)  0.5
-  strong2  randaug(2,20)  0.8
 
 RandAugment (`randaug(image, seed, num_layers, magnitude)`), after
 big_vision/pp/autoaugment.py `distort_image_with_randaugment` (itself forked
@@ -90,26 +66,9 @@ Differences from the official RandAugment:
     tf.random.experimental.stateless_split into one seed per layer, each into
     (op, sign, op argument, application) seeds. The op list, its order and
     fill value (128) are the official ones.
-
-Mixup / CutMix (`mix_batch`), on each per-replica batch, after the objective's
-`map_batch` made the labels one-hot / multi-hot floats:
-  * Mixup (big_vision `utils.mixup` with n=2, fold_in=None): one ratio per batch,
-    lambda ~ Beta(alpha, alpha) folded to max(lambda, 1 - lambda) (big_vision
-    sorts the Dirichlet weights, so each example keeps its own image as the
-    larger part); images and labels become lambda * x + (1 - lambda) * roll(x, 1).
-  * CutMix (Yun et al. 2019): lambda ~ Beta(alpha, alpha); one box per batch, of
-    side floor(sqrt(1 - lambda) * H) x floor(sqrt(1 - lambda) * W) centred at a
-    uniform pixel and clipped to the image, is pasted from roll(x, 1); labels
-    are mixed by the box's actual area fraction a: (1 - a) * y + a * roll(y, 1).
-  * Both on: each batch uses one of the two, CutMix with probability 0.5
-    (timm's `switch_prob=0.5`).
-  * The batch seed is stateless_fold_in([seed, MIX_KEY], step): one ratio/box
-    per global step, the same on every replica (big_vision's fold_in=None),
-    each replica mixing within its own batch (big_vision mixes per device).
 """
 
 import math
-import re
 
 import tensorflow as tf
 
@@ -118,7 +77,6 @@ REFERENCE_SIZE = 224  # the official pixel constants are for 224x224 crops
 TRANSLATE_CONST = 100  # official translate_const: pixels at level 1 (m=10), 224 px
 CUTOUT_CONST = 40  # official cutout_const: half the Cutout side at m=10, 224 px
 FILL = 128  # official replace value of geometric ops and Cutout
-MIX_KEY = 0x6D6978  # keeps batch (mixing) seeds apart from per-example seeds
 
 OP_NAMES = (
     "AutoContrast",
@@ -139,123 +97,6 @@ OP_NAMES = (
     "SolarizeAdd",
 )
 GEOMETRIC_OPS = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY", "Cutout")
-
-# big_vision configs/vit_i21k.py and configs/vit_i1k.py: MIXUP_DEF p, RANDAUG_DEF.
-AUGREG = {
-    "none": (None, 0.0),
-    "light1": ((2, 0), 0.0),
-    "light2": ((2, 10), 0.2),
-    "medium1": ((2, 15), 0.2),
-    "medium2": ((2, 15), 0.5),
-    "strong1": ((2, 20), 0.5),
-    "strong2": ((2, 20), 0.8),
-}
-
-
-# --- config -------------------------------------------------------------------
-
-
-def _is_number(v):
-    """A Python or NumPy real scalar (not a bool)."""
-    if isinstance(v, bool):
-        return False
-    if isinstance(v, (int, float)):
-        return True
-    dtype = getattr(v, "dtype", None)
-    return getattr(v, "shape", None) == () and getattr(dtype, "kind", "") in ("i", "u", "f")
-
-
-def parse_randaug(value, key="input.randaug"):
-    """None / '' / 'none' / 0 / False: None (off); (n, m), [n, m], 'randaug(n,m)',
-    '(n,m)' or 'n,m': (n, m) with n an int >= 0 (0: None) and m a number >= 0."""
-    if (
-        value is None
-        or value is False
-        or value == 0
-        or (isinstance(value, str) and value.strip().lower() in ("", "none"))
-    ):
-        return None
-    usage = (
-        f"{key}={value!r}: expected None or '' (off), a (num_layers, magnitude) pair "
-        "such as (2, 15), or a string such as 'randaug(2,15)'"
-    )
-    if isinstance(value, str):
-        m = re.fullmatch(
-            r"(?:randaug)?\s*\(?\s*([^,()\s]+)\s*,\s*([^,()\s]+)\s*\)?", value.strip().lower()
-        )
-        if not m:
-            raise ValueError(usage)
-        try:
-            parts = [float(p) for p in m.groups()]
-        except ValueError:
-            raise ValueError(usage) from None
-    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(map(_is_number, value)):
-        parts = [float(p) for p in value]
-    else:
-        raise ValueError(usage)
-    num_layers, magnitude = parts
-    if not (num_layers >= 0 and num_layers.is_integer()):
-        raise ValueError(f"{key}={value!r}: num_layers must be an integer >= 0, got {num_layers:g}")
-    if not (magnitude >= 0 and math.isfinite(magnitude)):
-        raise ValueError(f"{key}={value!r}: magnitude must be a number >= 0, got {magnitude:g}")
-    if num_layers == 0:
-        return None
-    return int(num_layers), (int(magnitude) if magnitude.is_integer() else magnitude)
-
-
-def _alpha(key, value):
-    usage = f"input.{key}={value!r}: expected a Beta concentration alpha >= 0 (0 or None: off)"
-    if isinstance(value, bool):
-        raise ValueError(usage)
-    if isinstance(value, str):
-        try:
-            value = float(value.strip() or 0)
-        except ValueError:
-            raise ValueError(usage) from None
-    if not _is_number(value):
-        raise ValueError(usage)
-    value = float(value)
-    if not (value >= 0 and math.isfinite(value)):
-        raise ValueError(usage)
-    return value
-
-
-def resolve(input_cfg):
-    """`config.input` (dict / ConfigDict / None) -> dict(randaug=(n, m) | None,
-    mixup=alpha, cutmix=alpha) (alphas are floats, 0.0 = off).
-
-    `aug_setting` sets randaug and mixup from `AUGREG`; `randaug`, `mixup`,
-    `cutmix` override it when not None. Other keys are ignored, and a resolved
-    dict resolves to itself. Raises ValueError naming the key and the value.
-    """
-    cfg = input_cfg if input_cfg is not None else {}
-    get = cfg.get
-    randaug, mixup = None, 0.0
-    setting = get("aug_setting")
-    if setting is not None and setting != "":
-        name = setting.strip().lower() if isinstance(setting, str) else None
-        if name not in AUGREG:
-            raise ValueError(
-                f"input.aug_setting={setting!r}: expected one of {', '.join(AUGREG)} (or None)"
-            )
-        randaug, mixup = AUGREG[name]
-    if get("randaug") is not None:
-        randaug = parse_randaug(get("randaug"))
-    if get("mixup") is not None:
-        mixup = _alpha("mixup", get("mixup"))
-    cutmix = _alpha("cutmix", get("cutmix")) if get("cutmix") is not None else 0.0
-    return dict(randaug=randaug, mixup=mixup, cutmix=cutmix)
-
-
-def describe(aug):
-    """A resolved dict as one line, e.g. 'randaug(2,15) mixup(0.5)'; 'off'."""
-    parts = []
-    if aug["randaug"]:
-        parts.append("randaug({},{})".format(*aug["randaug"]))
-    for key in ("mixup", "cutmix"):
-        if aug[key]:
-            parts.append(f"{key}({aug[key]:g})")
-    return " ".join(parts) or "off"
 
 
 # --- RandAugment ops: uint8 (H, W, 3) -> uint8 (H, W, 3) ---------------------------
@@ -564,90 +405,3 @@ def randaug(image, seed, num_layers=2, magnitude=10, prob_range=None):
             x = tf.cond(apply, run, lambda x=x: x)
         x = tf.ensure_shape(x, image.shape)
     return tf.cast(x, tf.float32)
-
-
-# --- Mixup / CutMix on batches --------------------------------------------------
-
-
-def mix_seed(seed, step):
-    """The per-batch seed, int64 [2]: a pure function of (pipeline seed, step)."""
-    base = tf.stack([tf.cast(seed, tf.int64), tf.constant(MIX_KEY, tf.int64)])
-    return tf.random.experimental.stateless_fold_in(base, tf.cast(step, tf.int64))
-
-
-def sample_beta(seed, alpha):
-    """lambda ~ Beta(alpha, alpha) as a float32 scalar (ratio of two Gammas)."""
-    g = tf.random.stateless_gamma([2], seed, alpha=tf.constant(alpha, tf.float64), dtype=tf.float64)
-    total = g[0] + g[1]
-    return tf.cast(tf.where(total > 0, g[0] / tf.where(total > 0, total, 1.0), 0.5), tf.float32)
-
-
-def mixup(images, labels, lam):
-    """lam * x + (1 - lam) * roll(x, 1) for images (B, H, W, C) and labels (B, K)."""
-
-    def mix(x):
-        return lam * x + (1.0 - lam) * tf.roll(x, 1, axis=0)
-
-    return mix(images), mix(labels)
-
-
-def cutmix_box(lam, height, width, seed):
-    """CutMix box for mixing ratio `lam`: (y1, y2, x1, x2) int32, clipped."""
-    cut = tf.sqrt(1.0 - lam)
-    cut_h = tf.cast(tf.floor(cut * tf.cast(height, tf.float32)), tf.int32)
-    cut_w = tf.cast(tf.floor(cut * tf.cast(width, tf.float32)), tf.int32)
-    seeds = tf.random.experimental.stateless_split(seed, 2)
-    cy = tf.random.stateless_uniform([], seeds[0], 0, height, tf.int32)
-    cx = tf.random.stateless_uniform([], seeds[1], 0, width, tf.int32)
-    return (
-        tf.clip_by_value(cy - cut_h // 2, 0, height),
-        tf.clip_by_value(cy + cut_h // 2, 0, height),
-        tf.clip_by_value(cx - cut_w // 2, 0, width),
-        tf.clip_by_value(cx + cut_w // 2, 0, width),
-    )
-
-
-def cutmix(images, labels, box):
-    """Pastes `box` of roll(images, 1) into images; labels mixed by its area.
-    images (B, H, W, C), labels (B, K) -> same shapes."""
-    y1, y2, x1, x2 = box
-    shape = tf.shape(images)
-    height, width = shape[1], shape[2]
-    images = paste(images, tf.roll(images[:, y1:y2, x1:x2], 1, axis=0), y1, x1)
-    area = tf.cast((y2 - y1) * (x2 - x1), tf.float32) / tf.cast(height * width, tf.float32)
-    labels = (1.0 - area) * labels + area * tf.roll(labels, 1, axis=0)
-    return images, labels
-
-
-def mix_batch(images, labels, seed, mixup_alpha=0.0, cutmix_alpha=0.0):
-    """Mixup or CutMix of a batch with the batch rolled by one (module docstring).
-
-    Args:
-      images: (B, H, W, C) float.
-      labels: (B, K) float, one-hot or multi-hot.
-      seed: int64 [2], the batch seed (`mix_seed`).
-      mixup_alpha, cutmix_alpha: Beta alphas; 0 = off. Both on: one of the two per
-        batch, CutMix with probability 0.5.
-    Returns:
-      (images, labels), same shapes and dtypes.
-    """
-    if not (mixup_alpha or cutmix_alpha):
-        return images, labels
-    labels = tf.cast(labels, images.dtype)
-    choice_seed, lam_seed, box_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
-
-    def do_mixup():
-        lam = sample_beta(lam_seed, mixup_alpha)
-        return mixup(images, labels, tf.maximum(lam, 1.0 - lam))
-
-    def do_cutmix():
-        lam = sample_beta(lam_seed, cutmix_alpha)
-        shape = tf.shape(images)
-        return cutmix(images, labels, cutmix_box(lam, shape[1], shape[2], box_seed))
-
-    if not cutmix_alpha:
-        return do_mixup()
-    if not mixup_alpha:
-        return do_cutmix()
-    use_cutmix = tf.random.stateless_uniform([], choice_seed) < 0.5
-    return tf.cond(use_cutmix, do_cutmix, do_mixup)
