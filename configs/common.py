@@ -156,7 +156,13 @@ def base_config(model="ViT_B16"):
             randaug=placeholder(object),  # None/"" off, (num_layers, magnitude) or "randaug(2,15)"
             mixup=placeholder(float),  # Beta alpha; None/0: off (overrides aug_setting's)
             cutmix=placeholder(float),  # Beta alpha; None/0: off
-            shard_by="examples",  # examples (exact global batches) | files (huge data)
+            # Across input pipelines (hosts): files (each reads its own shards), examples
+            # (each reads all and keeps 1/P: exact global batches), auto (files where the
+            # split has a file per pipeline, else examples).
+            shard_by="auto",
+            # The shuffle window's memory: at most this many bytes of records (the window
+            # then holds fewer than shuffle_buffer records of large images).
+            shuffle_bytes=1 << 30,
             strict=False,  # corrupt data fatal instead of skipped + counted
             verify_max_bytes=VERIFY_MAX_BYTES,
             # an image declaring more pixels is a record that does not decode;

@@ -60,7 +60,7 @@ def test_pipeline_share_splits_by_files_or_examples(info):
     share = ip.pipeline_share(
         info, spec, batch_size=2, global_batch_size=6, start_step=5, input_context=ctx
     )
-    assert share.files == ((info.files[1], PER_SHARD),)
+    assert share.files == ((info.files[1], 0, PER_SHARD),)
     # 5 steps of this pipeline's 2 examples: epoch 1 of its 8, 2 in.
     assert (share.start_epoch, share.skip, share.stride, share.offset) == (1, 2, 1, 0)
     share = ip.pipeline_share(
@@ -107,6 +107,89 @@ def test_records_stream_reads_each_record_once_an_epoch_and_resumes(info):
     )
     again = [(int(e), int(i), r.numpy()) for e, i, r in ip.records_stream(spec, resumed).take(33)]
     assert again == stream[27:]
+
+
+@pytest.fixture(scope="module")
+def many_shards(tmp_path_factory):
+    """40 shards of 3 records (more than CYCLE files: three groups an epoch)."""
+    d = str(tmp_path_factory.mktemp("many"))
+    testing.make_tiny_data(d, n_train=120, n_test=8, per_shard=3)
+    return ip.get_split(d, "train")
+
+
+def test_auto_sharding_gives_each_of_4_pipelines_its_own_quarter_of_8_files(tmp_path, caplog):
+    d = str(tmp_path / "eight")
+    testing.make_tiny_data(d, n_train=64, n_test=8, per_shard=8)
+    info = ip.get_split(d, "train")
+    assert len(info.files) == 8
+    spec = InputSpec(shuffle_buffer=4, seed=1)  # shard_by="auto", the default
+    total = sum(tf.io.gfile.stat(f).length for f in info.files)
+    seen, files, read = [], [], 0
+    with caplog.at_level("INFO"):
+        for pipeline in range(4):
+            ctx = tf.distribute.InputContext(num_input_pipelines=4, input_pipeline_id=pipeline)
+            share = ip.pipeline_share(
+                info, spec, batch_size=2, global_batch_size=8, start_step=0, input_context=ctx
+            )
+            assert len(share.files) == 2 and share.stride == 1  # opens its 2 files only
+            assert sum(count for _, _, count in share.files) == 16  # a quarter of the records
+            files += [f for f, _, _ in share.files]
+            read += sum(tf.io.gfile.stat(f).length for f, _, _ in share.files)
+            epoch = [r.numpy() for _, _, r in ip.records_stream(spec, share).take(16)]
+            seen += epoch
+    assert sorted(files) == sorted(info.files) and read == total  # each byte read once
+    assert sorted(seen) == sorted(_records(info))  # the epoch once, across the four
+    assert "input.shard_by=auto: by files (8 files for 4 input pipelines)" in caplog.text
+    # Fewer files than pipelines: by example, each reading all and keeping 1/P.
+    ctx = tf.distribute.InputContext(num_input_pipelines=16, input_pipeline_id=3)
+    share = ip.pipeline_share(
+        info, spec, batch_size=1, global_batch_size=16, start_step=0, input_context=ctx
+    )
+    assert (len(share.files), share.stride, share.offset) == (8, 16, 3)
+
+
+def test_a_resume_reads_at_most_a_group_and_a_window_wherever_it_stops(many_shards, monkeypatch):
+    info = many_shards
+    spec = InputSpec(shuffle_buffer=7, seed=5)
+    share = ip.pipeline_share(
+        info, spec, batch_size=1, global_batch_size=None, start_step=0, input_context=None
+    )
+    stream = [(int(e), int(i), r.numpy()) for e, i, r in ip.records_stream(spec, share).take(240)]
+    for epoch in (0, 1):
+        mine = [r for e, _, r in stream if e == epoch]
+        assert sorted(mine) == sorted(_records(info)) and len(mine) == 120
+    opened = []
+    real = ip.records.file_records
+
+    def counting(path, start, count):
+        opened.append(1)
+        return real(path, start, count)
+
+    for step in (1, 64, 110, 119, 121, 200):  # early, in later groups, the next epoch
+        opened.clear()
+        resumed = ip.pipeline_share(
+            info, spec, batch_size=1, global_batch_size=None, start_step=step, input_context=None
+        )
+        monkeypatch.setattr(ip.records, "file_records", counting)
+        again = [(int(e), int(i), r.numpy()) for e, i, r in ip.records_stream(spec, resumed).take(20)]
+        monkeypatch.setattr(ip.records, "file_records", real)
+        assert again == stream[step : step + 20]
+        # Only the files of the group the resume lands in (and of the next, as the
+        # stream goes on) are opened, never the groups before it.
+        assert len(opened) <= 2 * ip.CYCLE
+
+
+def test_the_shuffle_window_is_bounded_by_bytes(many_shards):
+    info = many_shards
+    mean = sum(tf.io.gfile.stat(f).length for f in info.files) // info.num_examples
+    spec = InputSpec(shuffle_buffer=50, shuffle_bytes=10 * mean + 1)
+    assert ip.shuffle_window(info, spec) == 10  # 50 records would not fit
+    assert ip.shuffle_window(info, dataclasses.replace(spec, shuffle_bytes=0)) == 50
+    assert ip.shuffle_window(info, dataclasses.replace(spec, shuffle_buffer=1)) == 1
+    share = ip.pipeline_share(
+        info, spec, batch_size=1, global_batch_size=None, start_step=0, input_context=None
+    )
+    assert share.window == 10
 
 
 def test_example_stage_decodes_and_augments_each_record_by_its_seed(info):

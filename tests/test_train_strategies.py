@@ -76,7 +76,14 @@ def test_multi_worker_two_processes_matches_default(data, reference, tmp_path):
         procs.append(
             subprocess.Popen(
                 testing.trainer_cmd(
-                    "pretrain", data, str(tmp_path), "--strategy=multi_worker", *STEPS
+                    "pretrain",
+                    data,
+                    str(tmp_path),
+                    "--strategy=multi_worker",
+                    # by example: every global batch holds the examples one device sees
+                    # (auto would give each worker its own 2 of the 4 shards)
+                    "--config.input.shard_by=examples",
+                    *STEPS,
                 ),
                 cwd=testing.ROOT,
                 env=testing.env(TF_CONFIG=tf_config),

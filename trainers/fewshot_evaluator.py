@@ -32,7 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from keras_vit_configs import common
-from keras_vit_data import records
+from keras_vit_data import readers, records
 from keras_vit_cli import console
 from keras_vit_trainers import input_pipeline
 
@@ -43,10 +43,10 @@ log = logging.getLogger("trainers")
 DEFAULTS = {k: v for k, v in common.fewshot_eval().items() if k not in ("type", "every")}
 
 
-def _labels_batched(info, batch_size, bar):
+def _labels_batched(info, batch_size, bar, parse_labels):
     """read_labels' fast path: records parsed a batch at a time. Raises
     tf.errors.OpError, or ValueError for a record without a label."""
-    ds = records.read_records(info).batch(batch_size).map(records.parse_labels)
+    ds = records.read_records(info).batch(batch_size).map(parse_labels)
     labels = []
     for sparse in ds.prefetch(tf.data.AUTOTUNE):
         rows, values = sparse.indices.numpy()[:, 0], sparse.values.numpy()
@@ -60,11 +60,11 @@ def _labels_batched(info, batch_size, bar):
     return np.arange(len(labels), dtype=np.int64), labels
 
 
-def _labels_per_record(info, batch_size, bar):
+def _labels_per_record(info, batch_size, bar, parse_labels):
     """read_labels' slow path: one record at a time, unparsable ones skipped."""
 
     def label(position, record):
-        labels = tf.sparse.to_dense(records.parse_labels(record[None]))[0]
+        labels = tf.sparse.to_dense(parse_labels(record[None]))[0]
         return position, tf.cast(labels[0], tf.int32)  # as input_pipeline.parse
 
     ds = (
@@ -80,16 +80,18 @@ def _labels_per_record(info, batch_size, bar):
     return np.concatenate(positions), np.concatenate(labels)
 
 
-def read_labels(info, batch_size=4096, desc="few-shot labels"):
+def read_labels(info, batch_size=4096, desc="few-shot labels", reader=None):
     """(positions, labels) of the examples `input_pipeline.eval_dataset(info=info)`
     yields, in its order, read from the label feature alone (no image decoding):
     example i is record positions[i] of the split (0-based over the records read)
     and has label labels[i] (the first of the record's labels, as
     `input_pipeline.parse`). Records whose label does not parse are skipped, as
-    their weight 0 in eval_dataset leaves them out of the features."""
+    their weight 0 in eval_dataset leaves them out of the features. `reader`: the
+    dataset's (its label feature; None: a make_tfrecords directory's)."""
+    parse_labels = reader.parse_labels if reader else records.parse_labels
     with console.Progress(info.num_examples, f"{desc} ({info.name})", unit="record") as bar:
         try:
-            return _labels_batched(info, batch_size, bar)
+            return _labels_batched(info, batch_size, bar, parse_labels)
         except (tf.errors.OpError, ValueError) as e:
             log.warning(
                 "few-shot: reading the labels of %r one record at a time (%s)",
@@ -97,10 +99,10 @@ def read_labels(info, batch_size=4096, desc="few-shot labels"):
                 str(e).splitlines()[0] if str(e) else type(e).__name__,
             )
     with console.Progress(info.num_examples, f"{desc} ({info.name})", unit="record") as bar:
-        return _labels_per_record(info, batch_size, bar)
+        return _labels_per_record(info, batch_size, bar, parse_labels)
 
 
-def subset_dataset(info, positions, batch_size, spec):
+def subset_dataset(info, positions, batch_size, spec, reader=None):
     """Batches (images, labels, positions) of the records at `positions` (sorted,
     as from `read_labels`) of `info`, preprocessed as `input_pipeline.eval_dataset`
     does with `spec` (image_size, max_pixels), in position order; no padding (the last batch may be smaller). Shards
@@ -108,26 +110,32 @@ def subset_dataset(info, positions, batch_size, spec):
     wanted record only. A record that fails to parse or decode is skipped."""
     positions = np.asarray(positions, np.int64)
     starts = np.cumsum([0, *info.counts[:-1]]).astype(np.int64)
-    files, takes, offsets = [], [], []
-    for f, start, count in zip(info.files, starts, info.counts):
+    files, skips, takes, offsets = [], [], [], []
+    for f, skip, start, count in zip(info.files, info.file_starts(), starts, info.counts):
         mine = positions[(positions >= start) & (positions < start + count)]
         if len(mine):
             files.append(f)
+            skips.append(int(skip))
             takes.append(int(mine[-1] - start) + 1)
             offsets.append(int(start))
     wanted = np.zeros(int(sum(info.counts)), bool)
     wanted[positions] = True
     wanted = tf.constant(wanted)
     ds = tf.data.Dataset.from_tensor_slices(
-        (files, tf.constant(takes, tf.int64), tf.constant(offsets, tf.int64))
+        (
+            files,
+            tf.constant(skips, tf.int64),
+            tf.constant(takes, tf.int64),
+            tf.constant(offsets, tf.int64),
+        )
     )
     ds = ds.flat_map(
-        lambda f, take, offset: tf.data.TFRecordDataset(f).take(take).enumerate(start=offset)
+        lambda f, skip, take, offset: records.file_records(f, skip, take).enumerate(start=offset)
     )
     ds = ds.filter(lambda p, record: tf.gather(wanted, p))
 
     def process(position, record):
-        encoded, label = input_pipeline.parse(record, None, False)
+        encoded, label = input_pipeline.parse(record, None, False, reader)
         image = input_pipeline.decode(encoded, spec.max_pixels)
         image = input_pipeline.preprocess_eval(image, spec.image_size, spec.preprocessing)
         return image, label, position
@@ -143,7 +151,7 @@ class FewShotEvaluator:
     docstring); `features` extracts a whole split.
 
     Args:
-      data_dir: a tools/make_tfrecords.py directory.
+      data: a keras_vit_data.readers.Reader, or a tools/make_tfrecords.py directory.
       spec: an input_spec.InputSpec; read from it: image_size (the model's input
         size), num_classes (None: the manifest's), max_pixels, and how the splits are
         checked (strict, verify_max_bytes, `input_pipeline.get_split`: strict makes a
@@ -155,7 +163,7 @@ class FewShotEvaluator:
 
     def __init__(
         self,
-        data_dir,
+        data,
         spec,
         **options,
     ):
@@ -165,14 +173,14 @@ class FewShotEvaluator:
                 f"few-shot: unknown option(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}"
             )
         self.options = {**DEFAULTS, **options}
-        self.data_dir = data_dir
+        self.reader = readers.as_reader(data)
         self.spec = spec
         # The features' pipeline: eval_dataset's, on the labels as read (not the
         # objective's targets), an undecodable image weight 0 (the indices rely on it).
         self._features_spec = dataclasses.replace(
             spec, strict=False, batch_fn=None, multi_label=False, augmentation=None
         )
-        self.num_classes = spec.num_classes or input_pipeline.get_num_classes(data_dir)
+        self.num_classes = spec.num_classes or self.reader.num_classes
         self._splits = {}  # (split, max_examples) -> input_pipeline.Split, scanned once
         self._draws = None  # (train labels, needed indices, their record positions)
         self._subset_failed = False  # a k-shot image did not decode: full extraction
@@ -182,13 +190,13 @@ class FewShotEvaluator:
     def _split(self, split, max_examples):
         key = (split, max_examples)
         if key not in self._splits:
-            info = input_pipeline.get_split(self.data_dir, split, **self.spec.split_checks)
+            info = self.reader.split(split, **self.spec.split_checks)
             self._splits[key] = records.first_examples(info, max_examples)
         return self._splits[key]
 
     def _batches(self, split, max_examples):
         return input_pipeline.eval_dataset(
-            self.data_dir,
+            self.reader,
             self._features_spec,
             batch_size=self.options["batch_size"],
             split=split,
@@ -224,7 +232,7 @@ class FewShotEvaluator:
         if self._draws is None:
             opts = self.options
             info = self._split(opts["train_split"], opts["max_train_examples"])
-            positions, labels = read_labels(info)
+            positions, labels = read_labels(info, reader=self.reader)
             if not len(labels):
                 raise ValueError(f"few-shot: split {opts['train_split']!r} has no readable labels")
             needed = fewshot.needed_indices(
@@ -257,7 +265,7 @@ class FewShotEvaluator:
 
         def batches():
             for images, batch_labels, batch_positions in subset_dataset(
-                self._split(split, cap), positions, opts["batch_size"], self.spec
+                self._split(split, cap), positions, opts["batch_size"], self.spec, self.reader
             ):
                 seen.append(batch_positions.numpy())
                 yield images, batch_labels
@@ -287,7 +295,7 @@ class FewShotEvaluator:
         channels = getattr(model, "channels", 3)
         if channels != 3:
             raise ValueError(
-                f"few-shot evaluation reads {self.data_dir}'s images as RGB, and "
+                f"few-shot evaluation reads {self.reader.description}'s images as RGB, and "
                 f"{model.name} takes {channels}-channel images; use a 3-channel model."
             )
         train_features, train_labels, indices = self.train_features(model)

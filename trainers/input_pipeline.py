@@ -42,7 +42,7 @@ import dataclasses
 import logging
 
 import tensorflow as tf
-from keras_vit_data import image_header, records, splits
+from keras_vit_data import image_header, readers, records, splits
 from keras_vit_trainers.augment import crops, mixing, randaugment
 from keras_vit_trainers.augment import settings as augment_settings
 
@@ -52,7 +52,7 @@ from keras_vit.preprocessing import PIXEL_SCALE
 AUTOTUNE = tf.data.AUTOTUNE
 MEAN, SCALE = PIXEL_SCALE, PIXEL_SCALE  # [0, 255] -> [-1, 1], as the official code.
 # input.shard_by: how the stream is split across input pipelines (module docstring).
-SHARD_BY = ("examples", "files")
+SHARD_BY = ("auto", "examples", "files")
 
 
 # The record format and its manifest (data/records.py) and a split's records, scanned
@@ -68,10 +68,11 @@ get_num_classes = splits.get_num_classes
 # --- parsing and preprocessing ---------------------------------------------
 
 
-def parse(serialized, num_classes, multi_label):
+def parse(serialized, num_classes, multi_label, reader=None):
     """A serialized example -> (encoded image, label): int32 () (the first of its
-    labels), or multi_label float32 (num_classes,) multi-hot."""
-    encoded, labels = records.parse_example(serialized)
+    labels), or multi_label float32 (num_classes,) multi-hot. `reader` (a
+    keras_vit_data.readers.Reader) names the dataset's features; None: ours."""
+    encoded, labels = reader.parse(serialized) if reader else records.parse_example(serialized)
     if multi_label:
         label = tf.reduce_max(tf.one_hot(labels, num_classes), axis=0)
     else:
@@ -220,11 +221,12 @@ def fill_failed_rows(images, labels, ok):
 class Share:
     """What one input pipeline reads of a split, from where its stream resumes.
 
-    files: its (shard, records) pairs; start_epoch, skip: the epoch it starts in and
-    the records of that epoch already consumed; stride, offset: it keeps record
-    offset, offset + stride, ... (shard_by='examples'); batches_per_step: the batches
-    it yields per step (one per replica it feeds); first_batch: the number of its
-    first batch in an uninterrupted run."""
+    files: its (shard, first record, records) triples; start_epoch, skip: the epoch
+    it starts in and the records of that epoch already consumed; stride, offset: it
+    keeps record offset, offset + stride, ... (shard_by='examples'); batches_per_step:
+    the batches it yields per step (one per replica it feeds); first_batch: the number
+    of its first batch in an uninterrupted run; window: the records each shuffle
+    window permutes (`shuffle_window`)."""
 
     files: tuple
     start_epoch: int
@@ -233,6 +235,40 @@ class Share:
     offset: int
     batches_per_step: int
     first_batch: int
+    window: int = 1
+
+
+def shard_mode(spec, num_files, num_pipelines):
+    """'files' or 'examples': spec.shard_by, or for 'auto' files where the split has a
+    file for every input pipeline (each reads only its own), examples otherwise (each
+    reads every record and keeps its 1/P)."""
+    if spec.shard_by not in SHARD_BY:
+        raise ValueError(f"input.shard_by={spec.shard_by!r}: expected one of {SHARD_BY}")
+    if spec.shard_by != "auto":
+        return spec.shard_by
+    return "files" if num_pipelines > 1 and num_files >= num_pipelines else "examples"
+
+
+def shuffle_window(info, spec):
+    """The records a shuffle window holds: spec.shuffle_buffer, cut to what
+    spec.shuffle_bytes holds at the split's mean record size (its files' bytes over
+    its records), so that the shuffle's memory does not grow with the images' size.
+    <= 1: no shuffle. The same for every pipeline and every resume of a run."""
+    records_wanted = int(spec.shuffle_buffer)
+    if records_wanted <= 1 or not spec.shuffle_bytes:
+        return max(records_wanted, 1)
+    sizes = [tf.io.gfile.stat(f).length for f in sorted(set(info.files))]
+    mean = max(1, sum(sizes) // max(1, sum(_file_records(info))))
+    return max(1, min(records_wanted, int(spec.shuffle_bytes) // mean))
+
+
+def _file_records(info):
+    """How many records each distinct file of `info` holds, at least (for the mean
+    record size: a TFDS slice reads part of a file)."""
+    most = {}
+    for path, start, count in zip(info.files, info.file_starts(), info.counts):
+        most[path] = max(most.get(path, 0), start + count)
+    return list(most.values())
 
 
 def pipeline_share(info, spec, *, batch_size, global_batch_size, start_step, input_context):
@@ -250,72 +286,116 @@ def pipeline_share(info, spec, *, batch_size, global_batch_size, start_step, inp
             f"global_batch_size={global_batch_size} over {num_pipelines} input pipeline(s) is "
             f"not a multiple of the per-replica batch_size={batch_size}."
         )
-    files = tuple(zip(info.files, info.counts))
-    if spec.shard_by == "files" and num_pipelines > 1:
+    files = tuple(zip(info.files, info.file_starts(), info.counts))
+    mode = shard_mode(spec, len(files), num_pipelines)
+    if spec.shard_by == "auto" and num_pipelines > 1 and pipeline_id == 0:
+        logging.info(
+            "input.shard_by=auto: by %s (%d files for %d input pipelines)%s",
+            mode,
+            len(files),
+            num_pipelines,
+            "" if mode == "files" else ": each pipeline reads every record and keeps 1/P",
+        )
+    if mode == "files" and num_pipelines > 1:
         if len(files) < num_pipelines:
             raise DataError(f"shard_by='files' needs >= {num_pipelines} shards, found {len(files)}")
         files = files[pipeline_id::num_pipelines]
-        examples_per_epoch = sum(c for _, c in files)
+        examples_per_epoch = sum(c for _, _, c in files)
         consumed = start_step * per_pipeline
         stride, offset = 1, 0
-    elif spec.shard_by in SHARD_BY:
+    else:
         examples_per_epoch = info.num_examples
         consumed = start_step * global_batch_size
         stride, offset = num_pipelines, pipeline_id
-    else:
-        raise ValueError(f"input.shard_by={spec.shard_by!r}: expected one of {SHARD_BY}")
     start_epoch, skip = divmod(consumed, examples_per_epoch)
     batches_per_step = per_pipeline // batch_size
     return Share(
-        files, start_epoch, skip, stride, offset, batches_per_step, start_step * batches_per_step
+        files,
+        start_epoch,
+        skip,
+        stride,
+        offset,
+        batches_per_step,
+        start_step * batches_per_step,
+        shuffle_window(info, spec),
     )
+
+
+CYCLE = 16  # files read at once (interleaved record by record) in an epoch
 
 
 def records_stream(spec, share):
     """The pipeline's infinite stream of (epoch int64 (), index int64 (), record string
-    ()): epoch e reads `share.files` in an order seeded by (seed, e), interleaved, each
-    window of spec.shuffle_buffer records permuted by (seed, e, window); index is the
-    record's place in its epoch. Starts after the records `share` says are consumed."""
-    files, seed = share.files, int(spec.seed)
-    cycle = min(16, len(files))
-    file_names = tf.constant([f for f, _ in files])
-    file_counts = tf.constant([c for _, c in files], tf.int64)
+    ()): epoch e reads `share.files` in an order seeded by (seed, e), in groups of
+    CYCLE files each interleaved record by record, and permutes each window of
+    share.window records by (seed, e, window); index is the record's place in its
+    epoch. Starts after the records `share` says are consumed.
 
-    def epoch_records(epoch):
+    Resuming costs what one group and one window hold, wherever the epoch stopped:
+    the groups before the window the stream resumes in are not opened (their records
+    are counted from the manifest), and only the records of that window before the
+    resume point are read again."""
+    files, seed, window = share.files, int(spec.seed), max(1, int(share.window))
+    cycle = min(CYCLE, len(files))
+    file_names = tf.constant([f for f, _, _ in files])
+    file_starts = tf.constant([s for _, s, _ in files], tf.int64)
+    file_counts = tf.constant([c for _, _, c in files], tf.int64)
+
+    def epoch_records(epoch, first=0):
+        """The records of `epoch` from place `first`, a multiple of `window`."""
         order = tf.random.experimental.stateless_shuffle(
             tf.range(len(files), dtype=tf.int64), seed=tf.stack([seed, epoch])
         )
-        ds = tf.data.Dataset.from_tensor_slices(order).map(
-            lambda i: (tf.gather(file_names, i), tf.gather(file_counts, i))
-        )
-        ds = ds.interleave(
-            lambda f, c: tf.data.TFRecordDataset(f).take(c),
-            cycle_length=cycle,
-            block_length=1,
-            deterministic=True,
-            num_parallel_calls=AUTOTUNE,
-        )
-        if spec.shuffle_buffer > 1:  # stateless block shuffle: windows permuted by (seed, epoch, w)
+        # The groups of `cycle` files in this order, and where each starts in the epoch.
+        counts = tf.gather(file_counts, order)
+        group_sizes = tf.math.segment_sum(counts, tf.range(len(files), dtype=tf.int64) // cycle)
+        group_ends = tf.cumsum(group_sizes)
+        group = tf.reduce_sum(tf.cast(group_ends <= first, tf.int64))  # the one `first` is in
+        group_start = group_ends[group] - group_sizes[group]
 
-            def shuffle_window(w, records):
+        def group_records(g):
+            members = order[g * cycle : (g + 1) * cycle]
+            ds = tf.data.Dataset.from_tensor_slices(
+                (
+                    tf.gather(file_names, members),
+                    tf.gather(file_starts, members),
+                    tf.gather(file_counts, members),
+                )
+            )
+            return ds.interleave(
+                records.file_records,
+                cycle_length=cycle,
+                block_length=1,
+                deterministic=True,
+                num_parallel_calls=AUTOTUNE,
+            )
+
+        num_groups = -(-len(files) // cycle)
+        ds = tf.data.Dataset.range(group, num_groups).flat_map(group_records)
+        ds = ds.skip(first - group_start)
+        if window > 1:  # stateless block shuffle: windows permuted by (seed, epoch, w)
+
+            def shuffle(w, batch):
                 order = tf.random.experimental.stateless_shuffle(
-                    tf.range(tf.shape(records, out_type=tf.int64)[0]),
+                    tf.range(tf.shape(batch, out_type=tf.int64)[0]),
                     seed=tf.stack([tf.constant(seed, tf.int64) * 1_000_003 + epoch, w]),
                 )
-                return tf.data.Dataset.from_tensor_slices(tf.gather(records, order))
+                return tf.data.Dataset.from_tensor_slices(tf.gather(batch, order))
 
-            ds = ds.batch(spec.shuffle_buffer).enumerate().flat_map(shuffle_window)
-        return ds.enumerate().map(lambda i, r: (epoch, i, r))
+            ds = ds.batch(window).enumerate(start=first // window).flat_map(shuffle)
+        return ds.enumerate(start=first).map(lambda i, r: (epoch, i, r))
 
-    ds = tf.data.Dataset.range(share.start_epoch, 2**62).flat_map(epoch_records)
-    if share.skip:
-        ds = ds.skip(share.skip)
+    resume_from = (share.skip // window) * window  # the window the stream resumes in
+    ds = epoch_records(tf.constant(share.start_epoch, tf.int64), resume_from)
+    ds = ds.skip(share.skip - resume_from)
+    later = tf.data.Dataset.range(share.start_epoch + 1, 2**62).flat_map(epoch_records)
+    ds = ds.concatenate(later)
     if share.stride > 1:
         ds = ds.shard(share.stride, share.offset)
     return ds
 
 
-def example_stage(ds, spec):
+def example_stage(ds, spec, reader=None):
     """(epoch, index, record) -> (image float32 (*image_size, 3) in [-1, 1], label),
     decoded and augmented (crop, flip, RandAugment) with seeds of (seed, epoch, index).
     Not strict: one element per record, (image, label, ok bool ()), a record that does
@@ -324,7 +404,7 @@ def example_stage(ds, spec):
     randaug = spec.augmentation["randaug"] if spec.augmentation else None
 
     def process(epoch, index, record):
-        encoded, label = parse(record, spec.num_classes, spec.multi_label)
+        encoded, label = parse(record, spec.num_classes, spec.multi_label, reader)
         example_seed = tf.stack([tf.cast(seed, tf.int64) * 65_537 + epoch, index])
         image = preprocess_train(
             decode(encoded, spec.max_pixels),
@@ -369,7 +449,7 @@ def mix_stage(ds, spec, first_batch):
 
 
 def train_dataset(
-    data_dir,
+    data,
     spec,
     *,
     batch_size,
@@ -379,7 +459,8 @@ def train_dataset(
     prefetch=True,
 ):
     """Infinite, deterministic stream of (image, label) batches of `batch_size` of
-    spec.split (the first spec.max_examples records, `first_examples`).
+    spec.split (the first spec.max_examples records, `first_examples`) of `data` (a
+    keras_vit_data.readers.Reader, or a data directory written by make_tfrecords).
 
     Images are float32 (batch_size, *image_size, 3) in [-1, 1]; labels int32
     (batch_size,) (multi_label: float32 (batch_size, num_classes)), or whatever
@@ -392,7 +473,8 @@ def train_dataset(
     """
     if spec.augmentation:
         logging.info("train augmentation: %s", augment_settings.describe(spec.augmentation))
-    info = first_examples(get_split(data_dir, spec.split, **spec.split_checks), spec.max_examples)
+    reader = readers.as_reader(data)
+    info = first_examples(reader.split(spec.split, **spec.split_checks), spec.max_examples)
     share = pipeline_share(
         info,
         spec,
@@ -401,7 +483,7 @@ def train_dataset(
         start_step=start_step,
         input_context=input_context,
     )
-    ds = example_stage(records_stream(spec, share), spec)
+    ds = example_stage(records_stream(spec, share), spec, reader)
     # The pipeline's batches are numbered as in an uninterrupted run: step s, replica r
     # is batch s * batches_per_step + r (both shard_by modes).
     ds = mix_stage(batch_stage(ds, spec, batch_size), spec, share.first_batch)
@@ -417,7 +499,7 @@ def train_dataset(
     return ds.prefetch(AUTOTUNE) if prefetch else ds
 
 
-def eval_dataset(data_dir, spec, *, batch_size, split="test", drop_remainder=False, info=None):
+def eval_dataset(data, spec, *, batch_size, split="test", drop_remainder=False, info=None):
     """One pass over `split`, in order, resized and scaled (no augmentation), as
     `spec` (an input_spec.InputSpec: image_size, strict, num_classes, multi_label,
     max_pixels, batch_fn; its split and augmentation are the training stream's) says.
@@ -426,15 +508,17 @@ def eval_dataset(data_dir, spec, *, batch_size, split="test", drop_remainder=Fal
     where it does not decode, unless `strict`), and the split is padded with weight-0
     zero images up to a multiple of `batch_size`, so with drop_remainder=True
     (TPUs) every batch has a fixed shape and no example is lost. Pass it to
-    `model.evaluate` unsharded: every worker scores the whole split. `info`: the
-    split's `get_split` (default: read here).
+    `model.evaluate` unsharded: every worker scores the whole split. `data`: a
+    keras_vit_data.readers.Reader or a data directory; `info`: the split's records
+    (default: read here).
     """
-    info = info or get_split(data_dir, split, **spec.split_checks)
+    reader = readers.as_reader(data)
+    info = info or reader.split(split, **spec.split_checks)
     image_size, num_classes, multi_label = spec.image_size, spec.num_classes, spec.multi_label
     ds = records.read_records(info)
 
     def process(record):
-        encoded, label = parse(record, num_classes, multi_label)
+        encoded, label = parse(record, num_classes, multi_label, reader)
         image = decode(encoded, spec.max_pixels)
         return preprocess_eval(image, image_size, spec.preprocessing), label
 
@@ -470,7 +554,7 @@ def image_hw(image_size):
     return tuple(int(s) for s in image_size)
 
 
-def distributed_train_dataset(strategy, data_dir, spec, global_batch_size, *, start_step=0):
+def distributed_train_dataset(strategy, data, spec, global_batch_size, *, start_step=0):
     """Per-replica batches of the global batch via distribute_datasets_from_function:
     train_dataset's with `spec`; each replica mixes its own batch."""
     replicas = strategy.num_replicas_in_sync
@@ -481,7 +565,7 @@ def distributed_train_dataset(strategy, data_dir, spec, global_batch_size, *, st
 
     def fn(ctx):
         return train_dataset(
-            data_dir,
+            data,
             spec,
             batch_size=ctx.get_per_replica_batch_size(global_batch_size),
             global_batch_size=global_batch_size,

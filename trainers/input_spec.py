@@ -23,7 +23,8 @@ class InputSpec:
 
     image_size: (H, W) (an int is made square); crop: one of augment.settings.CROPS;
     area_range: inception_crop's; flip: random left-right flip; shuffle_buffer: records
-    permuted per window (<= 1: off); shard_by: one of input_pipeline.SHARD_BY; strict: a
+    permuted per window (<= 1: off), at most as many as fit in shuffle_bytes (0: no
+    limit; `input_pipeline.shuffle_window`); shard_by: one of input_pipeline.SHARD_BY; strict: a
     corrupt shard or an undecodable record is fatal; verify_max_bytes: splits up to this
     size are CRC-scanned at start-up; max_pixels: an image declaring more pixels is a
     record that does not decode; augmentation: RandAugment / Mixup / CutMix as
@@ -43,7 +44,8 @@ class InputSpec:
     area_range: tuple = (0.05, 1.0)
     flip: bool = True
     shuffle_buffer: int = 50_000
-    shard_by: str = "examples"
+    shard_by: str = "auto"
+    shuffle_bytes: int = 1 << 30
     strict: bool = False
     verify_max_bytes: int = VERIFY_MAX_BYTES
     max_pixels: int = image_header.DEFAULT_MAX_PIXELS
@@ -78,6 +80,7 @@ class InputSpec:
             flip=bool(inp.flip),
             shuffle_buffer=int(inp.shuffle_buffer),
             shard_by=inp.shard_by,
+            shuffle_bytes=int(inp.shuffle_bytes or 0),
             strict=bool(inp.strict),
             verify_max_bytes=int(inp.verify_max_bytes),
             max_pixels=image_header.DEFAULT_MAX_PIXELS if max_pixels is None else int(max_pixels),
