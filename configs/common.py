@@ -136,7 +136,7 @@ def base_config(model="ViT_B16"):
     c.input = ml_collections.ConfigDict(
         dict(
             # What is read (data/readers.py): None reads --data_dir as written by
-            # tools/make_tfrecords.py; "tfds:NAME[:CONFIG]" a prepared TFDS dataset by name
+            # tools/make_tfrecords.py; "tfds:NAME" a prepared TFDS dataset by name
             # (splits in TFDS's slicing syntax, e.g. train_split="train[:99%]"), from
             # tfds_data_dir (else --data_dir, else TFDS's default); "imagenet_records"
             # ImageNet-layout shards in --data_dir as they are, labels minus label_offset.
@@ -176,6 +176,17 @@ def base_config(model="ViT_B16"):
     c.masked_patch = ml_collections.ConfigDict(MASKED_PATCH)  # objective="masked_patch"
     c.pretrain = ml_collections.ConfigDict()  # what pretrain.py changes on top
     c.finetune = ml_collections.ConfigDict()  # what finetune.py changes on top
+    return c
+
+
+def read_tfds(c, name, train="train", validation=None, test="test"):
+    """Sets `c` to read the TFDS dataset `name` by name (config.input.dataset), training
+    on the split or slice `train` and evaluating `validation` (when given) and `test`."""
+    c.input.dataset = f"tfds:{name}"
+    c.train_split = train
+    if validation:
+        c.evals.validation.split = validation
+    c.evals.test.split = test
     return c
 
 

@@ -5,7 +5,8 @@ Three kinds of dataset, each named, never guessed:
 
 - a data directory of ours (tools/make_tfrecords.py): `--data_dir=DATA` with
   DATA/manifest.json (`records`);
-- a TensorFlow Datasets dataset by name: `config.input.dataset="tfds:NAME[:CONFIG]"`,
+- a TensorFlow Datasets dataset by name: `config.input.dataset="tfds:NAME"` (as TFDS
+  names it: `name[/config][:version]`),
   prepared in `config.input.tfds_data_dir` (`tfds_reader`), with TFDS's slicing syntax
   for splits (`train[:99%]`);
 - ImageNet-layout shards as TensorFlow's models write them (`build_imagenet_data.py`:
@@ -93,6 +94,13 @@ def open_reader(data_dir, dataset=None, *, tfds_data_dir=None, num_classes=None,
     if dataset.startswith(TFDS_PREFIX):
         from keras_vit_data import tfds_reader  # imports tensorflow_datasets
 
+        if data_dir and tf.io.gfile.exists(records.manifest_path(data_dir)):
+            raise DataError(
+                f"--data_dir={data_dir} is a make_tfrecords directory, and the config reads "
+                f"--config.input.dataset={dataset}: read the directory with "
+                "--config.input.dataset= (empty), or drop --data_dir (TFDS's data_dir: "
+                "--config.input.tfds_data_dir)"
+            )
         return tfds_reader.open_tfds(dataset[len(TFDS_PREFIX) :], tfds_data_dir or data_dir)
     if dataset == IMAGENET_RECORDS:
         return open_imagenet_records(data_dir, num_classes, label_offset)

@@ -24,10 +24,9 @@ log = logging.getLogger("data")
 
 
 def open_tfds(name, data_dir):
-    """The `readers.Reader` of the prepared TFDS dataset `name` (NAME[:CONFIG][/VERSION]
-    as TFDS names it; TFDS's `NAME/CONFIG` form too) in `data_dir` (None: TFDS's
-    default, ~/tensorflow_datasets)."""
-    name = name.replace(":", "/", 1) if ":" in name else name
+    """The `readers.Reader` of the prepared TFDS dataset `name` (as TFDS names it:
+    `name[/config][:version]`) in `data_dir` (None: TFDS's default,
+    ~/tensorflow_datasets)."""
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except Exception as e:  # TFDS raises several kinds for a name it cannot resolve

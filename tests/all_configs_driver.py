@@ -44,6 +44,9 @@ TINY = {
     "steps_per_execution": 1,
     "warmup_steps": 0,
     "evals": {},
+    # the tests' tiny --data_dir, not the TFDS dataset a fine-tuning config names
+    "input.dataset": None,
+    "train_split": "train",
 }
 
 

@@ -166,3 +166,6 @@ def test_our_data_directory_is_the_default_and_refuses_a_label_offset(tmp_path):
         readers.open_reader(data, label_offset=1)
     with pytest.raises(DataError, match="expected tfds:NAME"):
         readers.open_reader(data, "imagenet")
+    # A config that names a TFDS dataset, given a make_tfrecords --data_dir: says which.
+    with pytest.raises(DataError, match="is a make_tfrecords directory.*dataset= \\(empty\\)"):
+        readers.open_reader(data, "tfds:cifar10")
