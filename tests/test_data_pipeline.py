@@ -42,7 +42,9 @@ def test_stream_is_deterministic_and_resumable(data):
 
 
 def test_pipelines_split_each_global_batch_exactly(data):
-    single = testing.take(ip.train_dataset(data, SPEC, batch_size=8), 4)
+    """shard_by='examples': every global batch holds the examples one pipeline's has."""
+    spec = dataclasses.replace(SPEC, shard_by="examples")
+    single = testing.take(ip.train_dataset(data, spec, batch_size=8), 4)
     parts = []
     for p in range(2):
         ctx = tf.distribute.InputContext(
@@ -50,7 +52,7 @@ def test_pipelines_split_each_global_batch_exactly(data):
         )
         parts.append(
             testing.take(
-                ip.train_dataset(data, SPEC, batch_size=4, global_batch_size=8, input_context=ctx),
+                ip.train_dataset(data, spec, batch_size=4, global_batch_size=8, input_context=ctx),
                 4,
             )
         )

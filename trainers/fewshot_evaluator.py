@@ -43,7 +43,7 @@ log = logging.getLogger("trainers")
 DEFAULTS = {k: v for k, v in common.fewshot_eval().items() if k not in ("type", "every")}
 
 
-def _labels_batched(info, batch_size, bar, parse_labels):
+def _labels_batched(info, batch_size, bar, parse_labels=records.parse_labels):
     """read_labels' fast path: records parsed a batch at a time. Raises
     tf.errors.OpError, or ValueError for a record without a label."""
     ds = records.read_records(info).batch(batch_size).map(parse_labels)
@@ -60,7 +60,7 @@ def _labels_batched(info, batch_size, bar, parse_labels):
     return np.arange(len(labels), dtype=np.int64), labels
 
 
-def _labels_per_record(info, batch_size, bar, parse_labels):
+def _labels_per_record(info, batch_size, bar, parse_labels=records.parse_labels):
     """read_labels' slow path: one record at a time, unparsable ones skipped."""
 
     def label(position, record):
@@ -88,7 +88,7 @@ def read_labels(info, batch_size=4096, desc="few-shot labels", reader=None):
     `input_pipeline.parse`). Records whose label does not parse are skipped, as
     their weight 0 in eval_dataset leaves them out of the features. `reader`: the
     dataset's (its label feature; None: a make_tfrecords directory's)."""
-    parse_labels = reader.parse_labels if reader else records.parse_labels
+    parse_labels = records.parse_labels if reader is None else reader.parse_labels
     with console.Progress(info.num_examples, f"{desc} ({info.name})", unit="record") as bar:
         try:
             return _labels_batched(info, batch_size, bar, parse_labels)

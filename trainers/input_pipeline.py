@@ -72,7 +72,8 @@ def parse(serialized, num_classes, multi_label, reader=None):
     """A serialized example -> (encoded image, label): int32 () (the first of its
     labels), or multi_label float32 (num_classes,) multi-hot. `reader` (a
     keras_vit_data.readers.Reader) names the dataset's features; None: ours."""
-    encoded, labels = reader.parse(serialized) if reader else records.parse_example(serialized)
+    parse_example = records.parse_example if reader is None else reader.parse
+    encoded, labels = parse_example(serialized)
     if multi_label:
         label = tf.reduce_max(tf.one_hot(labels, num_classes), axis=0)
     else:
