@@ -143,6 +143,7 @@ VALUE_KEYS = (
     "train_split",
     "input.area_range",
     "input.shuffle_buffer",
+    "input.shuffle_bytes",
     "input.verify_max_bytes",
     "input.max_pixels",
     "input.tfds_data_dir",
