@@ -44,6 +44,9 @@ FAMILY_DEFAULTS = {
     "quick_gelu": False,
     "patch_embedding_bias": True,
 }
+# The options a model config always records (those older than the others, which it
+# records only where they differ from the authors').
+ALWAYS_RECORDED = ("approximate_gelu", "layer_norm_epsilon", "fc_norm")
 # The options whose value is True or False.
 BOOLEAN_OPTIONS = (
     "approximate_gelu",
@@ -54,3 +57,14 @@ BOOLEAN_OPTIONS = (
     "patch_embedding_bias",
 )
 FAMILY_OPTIONS = tuple(FAMILY_DEFAULTS)
+
+
+def recorded_options(options):
+    """The family options (a mapping, missing keys the authors' values) as a model
+    config records them: `ALWAYS_RECORDED`, then the others that differ."""
+    values = {key: options.get(key, default) for key, default in FAMILY_DEFAULTS.items()}
+    return {
+        key: value
+        for key, value in values.items()
+        if key in ALWAYS_RECORDED or value != FAMILY_DEFAULTS[key]
+    }

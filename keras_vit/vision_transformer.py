@@ -32,7 +32,7 @@ from keras_vit import applications_args
 from keras_vit import layers as vit_layers
 from keras_vit.applications_args import NOT_GIVEN
 from keras_vit.compilation import AutoJitCompile
-from keras_vit.families import FAMILY_DEFAULTS
+from keras_vit.families import FAMILY_DEFAULTS, recorded_options
 from keras_vit.layers.patch_embedding import PatchTokenMap
 from keras_vit.layers.resnet import resnet_layers
 from keras_vit.views import ModelViews, embed, on_grid, token_grid_of
@@ -466,9 +466,8 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "fc_norm": self.fc_norm,
         }
-        for key, default in FAMILY_DEFAULTS.items():  # the authors' value: the key is absent
-            if key not in config and getattr(self, key) != default:
-                config[key] = getattr(self, key)
+        # The newer options where they differ from the authors' (absent: theirs).
+        config.update(recorded_options({key: getattr(self, key) for key in FAMILY_DEFAULTS}))
         if self.preprocessing is not None:  # the authors' scaling: the key is absent
             config["preprocessing"] = self.preprocessing
         if self.pooling is not NOT_GIVEN:  # not given: the key is absent
