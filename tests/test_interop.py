@@ -136,9 +136,9 @@ def test_savedmodel_export_of_a_timm_file(tmp_path, reference):
     serves the softmax of the source's logits for the same pixels (a softmax moves
     each output by at most what the logits move)."""
     import tensorflow as tf
-    from keras_vit_deploy import serving
 
     from keras_vit.preprocessing import PIXEL_SCALE
+    from keras_vit_deploy import serving
 
     names = serving.export_saved_model(_load("timm_gap_fc_norm"), str(tmp_path / "sm"))
     served = tf.saved_model.load(str(tmp_path / "sm")).signatures[names[2]]
@@ -367,6 +367,7 @@ def test_savedmodel_uses_the_recorded_normalisation(tmp_path):
     """A model with ImageNet mean/std: the SavedModel's encoded-image signature serves
     the model's outputs on the same pixels normalised that way, not the authors' way."""
     import tensorflow as tf
+
     from keras_vit_deploy import serving
 
     model = keras_vit.VisionTransformer(

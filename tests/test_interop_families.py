@@ -9,7 +9,6 @@ resized as the source resizes them); then written back (`save_timm`,
 `save_transformers` where the format allows) and computed by the source's code.
 The worst |Δ| of each case is printed (`-s`)."""
 
-import os
 
 import keras
 import numpy as np

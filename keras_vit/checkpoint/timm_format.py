@@ -225,8 +225,7 @@ def open_state(origin, state, config=None, arch=None):
         refuse(
             origin,
             "position embeddings on register tokens",
-            f"key 'reg_token' ({registers} tokens) beside a 'pos_embed' that covers the "
-            "prefix tokens",
+            "key 'reg_token' beside a 'pos_embed' that covers the prefix tokens",
         )
     grid, patch = _grid(state, model_args, has_cls, no_embed_class)
     classifier = "token" if has_cls else ("map" if pool == "map" else "gap")
