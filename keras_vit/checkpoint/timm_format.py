@@ -225,7 +225,7 @@ def open_state(origin, state, config=None, arch=None):
         refuse(
             origin,
             "position embeddings on register tokens",
-            "key 'reg_token' beside a 'pos_embed' that covers the prefix tokens",
+            "key 'reg_token'",  # beside a pos_embed with rows for the prefix tokens
         )
     grid, patch = _grid(state, model_args, has_cls, no_embed_class)
     classifier = "token" if has_cls else ("map" if pool == "map" else "gap")
