@@ -9,7 +9,6 @@ resized as the source resizes them); then written back (`save_timm`,
 `save_transformers` where the format allows) and computed by the source's code.
 The worst |Δ| of each case is printed (`-s`)."""
 
-
 import keras
 import numpy as np
 import pytest
@@ -128,3 +127,99 @@ def test_timm_family(family, tmp_path):
     keras_vit.checkpoint.save_timm(model, tmp_path / "back")
     again = timm.create_model(f"local-dir:{tmp_path / 'back'}", pretrained=True).eval()
     _close(model(X), torch_forward(again, X), f"timm {family} written back")
+
+
+# transformers model class -> (its config class, config options, keras_vit options)
+TRANSFORMERS = {
+    "Dinov2Model": ("Dinov2Config", dict(), dict(layer_scale_init=1.0)),
+    "Dinov2WithRegistersModel": (
+        "Dinov2WithRegistersConfig",
+        dict(num_register_tokens=2),
+        dict(num_registers=2, position_embedding_for_class_token=True),
+    ),
+    "SiglipVisionModel": ("SiglipVisionConfig", dict(), dict(classifier="map")),
+    "CLIPVisionModel": (
+        "CLIPVisionConfig",
+        dict(),
+        dict(fc_norm=True, pre_norm=True, quick_gelu=True, patch_embedding_bias=False),
+    ),
+    "CLIPVisionModelWithProjection": (
+        "CLIPVisionConfig",
+        dict(projection_dim=5, hidden_act="gelu"),
+        dict(fc_norm=True, pre_norm=True, quick_gelu=False, num_classes=5),
+    ),
+}
+
+
+def _transformers_model(model_class, seed, **options):
+    import_timm()  # torchvision importable, for transformers' lazy imports
+    import transformers
+
+    config_class, config_options, _ = TRANSFORMERS[model_class]
+    config = getattr(transformers, config_class)(
+        hidden_size=TINY["hidden_size"],
+        num_hidden_layers=TINY["num_layers"],
+        num_attention_heads=TINY["num_heads"],
+        image_size=TINY["image_size"],
+        patch_size=TINY["patch_size"],
+        **(
+            {"mlp_ratio": TINY["mlp_dim"] // TINY["hidden_size"]}
+            if "Dinov2" in config_class
+            else {"intermediate_size": TINY["mlp_dim"]}
+        ),
+        **config_options,
+        **options,
+    )
+    return randomized(getattr(transformers, model_class)(config), seed)
+
+
+def _transformers_forward(module, x, **kwargs):
+    import torch
+
+    with torch.no_grad():
+        out = module(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))), **kwargs)
+    value = getattr(out, "image_embeds", None)
+    return (value if value is not None else out.pooler_output).numpy()
+
+
+@pytest.mark.parametrize("model_class", sorted(TRANSFORMERS))
+def test_transformers_family(model_class, tmp_path):
+    source = _transformers_model(model_class, 1)
+    source.save_pretrained(tmp_path / "hf")
+    with_head = model_class.endswith("WithProjection")
+    model = keras_vit.from_weights(str(tmp_path / "hf"), **SIZES, include_top=with_head)
+    for option, value in TRANSFORMERS[model_class][2].items():
+        assert getattr(model, option) == value, option
+    _close(model(X), _transformers_forward(source, X), f"transformers {model_class}")
+    # At another resolution: DINOv2 interpolates by itself, the others when asked.
+    kwargs = {} if "Dinov2" in model_class else {"interpolate_pos_encoding": True}
+    for size in (24, 12):
+        ours = keras_vit.from_weights(
+            str(tmp_path / "hf"), **SIZES, image_size=size, include_top=with_head
+        )
+        x = images(2, size, size, seed=size)
+        _close(
+            ours(x),
+            _transformers_forward(source, x, **kwargs),
+            f"transformers {model_class} at {size}",
+        )
+    # Written back for timm, whose own forward gives the same features.
+    if not with_head:
+        timm = import_timm()
+        keras_vit.checkpoint.save_timm(model, tmp_path / "timm")
+        again = timm.create_model(f"local-dir:{tmp_path / 'timm'}", pretrained=True).eval()
+        _close(model(X), torch_forward(again, X), f"transformers {model_class} -> timm")
+
+
+def test_transformers_dinov2_classifier_refused(tmp_path):
+    import_timm()
+    import transformers
+
+    from keras_vit.checkpoint.refused import RefusedFeatureError
+
+    config = transformers.Dinov2Config(
+        hidden_size=8, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=4
+    )
+    transformers.Dinov2ForImageClassification(config).save_pretrained(tmp_path / "hf")
+    with pytest.raises(RefusedFeatureError, match="class token and patch mean head"):
+        keras_vit.from_weights(str(tmp_path / "hf"), **SIZES)

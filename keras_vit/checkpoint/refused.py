@@ -43,6 +43,9 @@ FEATURES = {
     "the authors' .npz of the same models load exactly",
     "activation": "an MLP activation other than the GELU or QuickGELU (hidden_act / act_layer)",
     "pooler activation": "a pooler activation other than tanh (pooler_act)",
+    "class token and patch mean head": "Dinov2ForImageClassification's classifier "
+    "on the class token concatenated with the patches' mean; keras_vit loads "
+    "Dinov2Model (its head sees one pooled vector)",
     "masked image modeling decoder": "ViTForMaskedImageModeling's decoder; "
     "keras_vit loads ViTModel and ViTForImageClassification",
 }

@@ -30,7 +30,7 @@ form; 'gelu_new', 'gelu_pytorch_tanh', ...: the tanh form), `layer_norm_eps`
 import os
 import re
 
-from keras_vit.checkpoint import layout, state_dict, torch_layout
+from keras_vit.checkpoint import layout, state_dict, torch_layout, transformers_families
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.refused import refuse
 from keras_vit.families import FAMILY_DEFAULTS
@@ -97,7 +97,14 @@ _UNUSED = ("embeddings.mask_token",)
 def is_transformers_state(keys):
     """Whether state dict keys are a transformers ViT's."""
     return any(
-        key.startswith(("embeddings.patch_embeddings.", "vit.embeddings.patch_embeddings."))
+        key.startswith(
+            (
+                "embeddings.patch_embeddings.",
+                "vit.embeddings.patch_embeddings.",
+                "dinov2.embeddings.patch_embeddings.",
+                "vision_model.embeddings.patch_embedding.",  # SigLIP's, CLIP's towers
+            )
+        )
         for key in keys
     )
 
@@ -127,6 +134,9 @@ def open_state(origin, state, config, arch=None):
         CheckpointError: another model_type, keys of another model (named),
             sizes that disagree with `arch` (named).
     """
+    if transformers_families.claims(config):  # DINOv2, SigLIP's and CLIP's towers
+        preprocessing = read_preprocessing(os.path.dirname(origin) or ".")
+        return transformers_families.open_state(origin, state, config, preprocessing)
     config = {**DEFAULTS, **config}
     model_type = config.get("model_type")
     if model_type != MODEL_TYPE:
