@@ -169,3 +169,23 @@ def test_map_head_is_big_visions():
 def test_invalid_options_are_named(arguments, message):
     with pytest.raises(ValueError, match=message):
         keras_vit.VisionTransformer(**TINY, **arguments)
+
+
+FAMILY_BUILDERS = {
+    "DeiT3_S16": dict(position_embedding_for_class_token=False, layer_scale_init=1e-6),
+    "DINOv2_S14_reg": dict(num_registers=4, layer_scale_init=1e-5),
+    "SigLIP_B16": dict(classifier="map"),
+    "CLIP_B16": dict(pre_norm=True, quick_gelu=True, patch_embedding_bias=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_BUILDERS))
+def test_family_builders_carry_their_options(name):
+    """Each family's builder (tiny here: its sizes overridden) builds its options;
+    BUILDERS and build_model know it."""
+    small = dict(hidden_size=8, mlp_dim=16, num_heads=2, num_layers=1, image_size=112)
+    model = keras_vit.BUILDERS[name](**small, num_classes=3)
+    assert model.name == name.lower()
+    for option, value in FAMILY_BUILDERS[name].items():
+        assert getattr(model, option) == value, option
+    assert keras_vit.build_model(name, **small).patch_size == model.patch_size
