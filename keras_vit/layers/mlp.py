@@ -86,4 +86,5 @@ class MlpBlock(keras.layers.Layer):
 def quick_gelu(x):
     """OpenAI CLIP's GELU approximation x * sigmoid(1.702 x) (`QuickGELU` in CLIP,
     timm's act_layer='quick_gelu', transformers' hidden_act='quick_gelu')."""
+    x = keras.ops.convert_to_tensor(x)
     return x * keras.ops.sigmoid(1.702 * x)
