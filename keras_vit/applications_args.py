@@ -18,7 +18,7 @@ import numbers
 
 import keras
 
-from keras_vit.families import FAMILY_DEFAULTS
+from keras_vit.families import BOOLEAN_OPTIONS, FAMILY_DEFAULTS
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.resnet import resnet_spec
 from keras_vit.preprocessing import check_preprocessing
@@ -41,6 +41,9 @@ class _NotGiven:
 NOT_GIVEN = _NotGiven()
 
 POOLINGS = (None, "token", "avg", "max")
+# 'token': the class token; 'gap': no class token, the mean of the patch tokens;
+# 'map': no class token, multi-head attention pooling (big_vision's MAPHead, SigLIP).
+CLASSIFIERS = ("token", "gap", "map")
 
 
 def refuse_weights(weights):
@@ -149,8 +152,16 @@ def with_defaults(arguments):
     for key, default in FAMILY_DEFAULTS.items():
         if a[key] is None:
             a[key] = default
-        elif key != "layer_norm_epsilon" and not isinstance(a[key], bool):
+        elif key in BOOLEAN_OPTIONS and not isinstance(a[key], bool):
             raise ValueError(f"{key} must be True or False, got {a[key]!r}.")
+    scale = a["layer_scale_init"]
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not scale > 0
+    ):
+        raise ValueError(f"layer_scale_init must be a positive number or None, got {scale!r}.")
+    registers = a["num_registers"]
+    if isinstance(registers, bool) or not isinstance(registers, numbers.Integral) or registers < 0:
+        raise ValueError(f"num_registers must be an int >= 0, got {registers!r}.")
     a["preprocessing"] = check_preprocessing(a["preprocessing"], a["channels"])
     epsilon = a["layer_norm_epsilon"]
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not epsilon > 0:
@@ -160,8 +171,8 @@ def with_defaults(arguments):
         raise ValueError(f"num_classes (or classes) must be an int, got {num_classes!r}.")
     if num_classes < 1:
         raise ValueError(f"num_classes (or classes) must be at least 1, got {num_classes}.")
-    if a["classifier"] not in ("token", "gap"):
-        raise ValueError(f"classifier must be 'token' or 'gap', got {a['classifier']!r}.")
+    if a["classifier"] not in CLASSIFIERS:
+        raise ValueError(f"classifier must be one of {CLASSIFIERS}, got {a['classifier']!r}.")
     pooling = a["pooling"]
     if pooling is not NOT_GIVEN and pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS} (or not given), got {pooling!r}.")

@@ -11,6 +11,52 @@ mean the same, and an unknown keyword argument is a TypeError naming it.
 from keras_vit.factory import from_weights
 from keras_vit.variants import HYBRID_VARIANTS, VARIANTS
 
+_SIZES = {  # hidden, MLP, heads, layers
+    "S": (384, 1536, 6, 12),
+    "B": (768, 3072, 12, 12),
+    "L": (1024, 4096, 16, 24),
+    "So400m": (1152, 4304, 16, 27),
+}
+
+
+def _sized(size, patch):
+    hidden, mlp, heads, layers = _SIZES[size]
+    return dict(
+        patch_size=patch, hidden_size=hidden, mlp_dim=mlp, num_heads=heads, num_layers=layers
+    )
+
+
+_DEIT3 = dict(position_embedding_for_class_token=False, approximate_gelu=False)
+_DINOV2 = dict(layer_scale_init=1e-5, approximate_gelu=False)
+_SIGLIP = dict(classifier="map")  # big_vision's tanh GELU, LayerNorm epsilon 1e-6
+_CLIP = dict(  # OpenAI's: QuickGELU
+    classifier="token",
+    pre_norm=True,
+    patch_embedding_bias=False,
+    layer_norm_epsilon=1e-5,
+    quick_gelu=True,
+)
+# The families' variants: sizes, then the options of their family (keras_vit.families).
+# With `weights`, the file's options win over these (a LAION CLIP's GELU, timm's
+# DINOv2-with-registers layout, ...): only the sizes are given.
+FAMILY_VARIANTS = {
+    "DeiT3_S16": ({**_sized("S", 16)}, {**_DEIT3, "layer_scale_init": 1e-6}),
+    "DeiT3_B16": ({**_sized("B", 16)}, {**_DEIT3, "layer_scale_init": 1e-6}),
+    "DeiT3_L16": ({**_sized("L", 16)}, {**_DEIT3, "layer_scale_init": 1e-6}),
+    "DINOv2_S14": (_sized("S", 14), _DINOV2),
+    "DINOv2_B14": (_sized("B", 14), _DINOV2),
+    "DINOv2_L14": (_sized("L", 14), _DINOV2),
+    "DINOv2_S14_reg": (_sized("S", 14), {**_DINOV2, "num_registers": 4}),
+    "DINOv2_B14_reg": (_sized("B", 14), {**_DINOV2, "num_registers": 4}),
+    "DINOv2_L14_reg": (_sized("L", 14), {**_DINOV2, "num_registers": 4}),
+    "SigLIP_B16": (_sized("B", 16), _SIGLIP),
+    "SigLIP_L16": (_sized("L", 16), _SIGLIP),
+    "SigLIP_So400m14": (_sized("So400m", 14), _SIGLIP),
+    "CLIP_B16": (_sized("B", 16), _CLIP),
+    "CLIP_B32": (_sized("B", 32), _CLIP),
+    "CLIP_L14": (_sized("L", 14), _CLIP),
+}
+
 _ALL_VARIANTS = {**VARIANTS, **HYBRID_VARIANTS}
 
 
@@ -53,7 +99,45 @@ R26_ViT_S32 = _builder("R26_ViT_S32")
 R26_ViT_B32 = _builder("R26_ViT_B32")
 R_Ti16 = _builder("R_Ti16")
 
-BUILDERS = {name: globals()[name] for name in _ALL_VARIANTS}
+
+def _family_builder(variant):
+    sizes, options = FAMILY_VARIANTS[variant]
+
+    def build(weights=None, **kwargs):
+        kwargs.setdefault("name", variant.lower())
+        defaults = {} if weights is not None else options
+        return from_weights(weights, **{**sizes, **defaults, **kwargs})
+
+    build.__name__ = build.__qualname__ = variant
+    shown = ", ".join(f"{key}={value!r}" for key, value in options.items())
+    build.__doc__ = (
+        f"{variant}: patch {sizes['patch_size']}, hidden {sizes['hidden_size']}, MLP "
+        f"{sizes['mlp_dim']}, {sizes['num_heads']} heads, {sizes['num_layers']} layers; "
+        f"its family's options {shown} (without `weights`; with them, the file's, "
+        "`keras_vit.families`).\n\n"
+        "Takes the keyword arguments of `keras_vit.VisionTransformer` and keras.applications' "
+        "(docs/models.md lists the sources each loads). Returns a `VisionTransformer`."
+    )
+    return build
+
+
+DeiT3_S16 = _family_builder("DeiT3_S16")
+DeiT3_B16 = _family_builder("DeiT3_B16")
+DeiT3_L16 = _family_builder("DeiT3_L16")
+DINOv2_S14 = _family_builder("DINOv2_S14")
+DINOv2_B14 = _family_builder("DINOv2_B14")
+DINOv2_L14 = _family_builder("DINOv2_L14")
+DINOv2_S14_reg = _family_builder("DINOv2_S14_reg")
+DINOv2_B14_reg = _family_builder("DINOv2_B14_reg")
+DINOv2_L14_reg = _family_builder("DINOv2_L14_reg")
+SigLIP_B16 = _family_builder("SigLIP_B16")
+SigLIP_L16 = _family_builder("SigLIP_L16")
+SigLIP_So400m14 = _family_builder("SigLIP_So400m14")
+CLIP_B16 = _family_builder("CLIP_B16")
+CLIP_B32 = _family_builder("CLIP_B32")
+CLIP_L14 = _family_builder("CLIP_L14")
+
+BUILDERS = {name: globals()[name] for name in (*_ALL_VARIANTS, *FAMILY_VARIANTS)}
 
 
 def build_model(spec, **overrides):

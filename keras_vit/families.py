@@ -12,7 +12,23 @@ each, used where neither says:
     layer_norm_epsilon  1e-6 (authors, timm) or transformers' layer_norm_eps
                         (1e-12 by default)
     fc_norm             the final LayerNorm after pooling instead of before
-                        (timm's fc_norm, its default for average pooling)
+                        (timm's fc_norm, its default for average pooling;
+                        transformers' CLIP post_layernorm on the class token)
+    layer_scale_init    LayerScale on both residual branches of each block,
+                        with this initial value (DeiT III, DINOv2); None: none
+    num_registers       register tokens after the class token (DINOv2 with
+                        registers), dropped from features and pooling
+    position_embedding_for_class_token
+                        whether the class token gets a position embedding (the
+                        authors', DINOv2) or the patches alone (DeiT III, timm's
+                        no_embed_class)
+    pre_norm            a LayerNorm before the first block (CLIP's ln_pre)
+    quick_gelu          the MLPs' activation is OpenAI CLIP's x * sigmoid(1.702 x)
+    patch_embedding_bias
+                        whether the patch embedding has a bias (CLIP's has none)
+
+The classifier 'map' (SigLIP's multi-head attention pooling) is `classifier`'s,
+which a checkpoint fills as it fills 'token' and 'gap'.
 """
 
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON
@@ -21,5 +37,34 @@ FAMILY_DEFAULTS = {
     "approximate_gelu": True,
     "layer_norm_epsilon": LAYER_NORM_EPSILON,
     "fc_norm": False,
+    "layer_scale_init": None,
+    "num_registers": 0,
+    "position_embedding_for_class_token": True,
+    "pre_norm": False,
+    "quick_gelu": False,
+    "patch_embedding_bias": True,
 }
+# The options a model config always records (those older than the others, which it
+# records only where they differ from the authors').
+ALWAYS_RECORDED = ("approximate_gelu", "layer_norm_epsilon", "fc_norm")
+# The options whose value is True or False.
+BOOLEAN_OPTIONS = (
+    "approximate_gelu",
+    "fc_norm",
+    "position_embedding_for_class_token",
+    "pre_norm",
+    "quick_gelu",
+    "patch_embedding_bias",
+)
 FAMILY_OPTIONS = tuple(FAMILY_DEFAULTS)
+
+
+def recorded_options(options):
+    """The family options (a mapping, missing keys the authors' values) as a model
+    config records them: `ALWAYS_RECORDED`, then the others that differ."""
+    values = {key: options.get(key, default) for key, default in FAMILY_DEFAULTS.items()}
+    return {
+        key: value
+        for key, value in values.items()
+        if key in ALWAYS_RECORDED or value != FAMILY_DEFAULTS[key]
+    }

@@ -70,8 +70,8 @@ def feature_model(model, representation="pre_logits"):
         output = model.get_layer(name).output
     else:
         encoder = model.get_layer("Transformer")
-        prefix = encoder.num_prefix_tokens
-        if representation == "token" and not prefix:
+        prefix = encoder.num_output_prefix_tokens  # class token, registers
+        if representation == "token" and not encoder.num_prefix_tokens:
             raise ValueError(
                 "representation='token': this model has no class token "
                 "(classifier='gap'); use 'gap' or 'pre_logits'."

@@ -63,34 +63,38 @@ def rollout(attention_weights):
     return result
 
 
-def rollout_maps(rollout_matrix, grid_size, num_prefix_tokens):
+def rollout_maps(rollout_matrix, grid_size, num_prefix_tokens, num_registers=0):
     """Heat-maps over the patch grid from a rollout.
 
     Token models (num_prefix_tokens=1): the class token's row. GAP models
-    (num_prefix_tokens=0): the mean of all rows, since the representation is
-    the mean over tokens. The patch columns are kept and renormalised to sum to
-    1 over the grid.
+    (num_prefix_tokens=0): the mean of the patches' rows, since the
+    representation is the mean over patch tokens. The patch columns are kept
+    (register tokens' columns dropped, as their flow reaches no patch) and
+    renormalised to sum to 1 over the grid.
 
     Args:
-        rollout_matrix: (B, T, T) from `rollout`, T = prefix + rows*cols.
+        rollout_matrix: (B, T, T) from `rollout`, T = prefix + registers +
+            rows*cols (the encoder's order: class token, registers, patches).
         grid_size: (rows, cols) of the patch grid.
         num_prefix_tokens: 1 with a class token, else 0.
+        num_registers: register tokens after the class token.
     Returns:
         float64 array (B, rows, cols), each map summing to 1.
     """
     rows, cols = grid_size
     rollout_matrix = np.asarray(rollout_matrix, np.float64)
-    tokens = num_prefix_tokens + rows * cols
+    first_patch = num_prefix_tokens + num_registers
+    tokens = first_patch + rows * cols
     if rollout_matrix.ndim != 3 or rollout_matrix.shape[1:] != (tokens, tokens):
         raise ValueError(
             f"rollout_maps: expected (batch, {tokens}, {tokens}) for a "
-            f"{rows}x{cols} grid with {num_prefix_tokens} prefix token(s), "
-            f"got {rollout_matrix.shape}."
+            f"{rows}x{cols} grid with {num_prefix_tokens} prefix token(s) and "
+            f"{num_registers} register(s), got {rollout_matrix.shape}."
         )
     if num_prefix_tokens:
-        flow = rollout_matrix[:, 0, num_prefix_tokens:]
+        flow = rollout_matrix[:, 0, first_patch:]
     else:
-        flow = rollout_matrix.mean(axis=1)
+        flow = rollout_matrix[:, first_patch:, first_patch:].mean(axis=1)
     flow = flow / flow.sum(axis=-1, keepdims=True)
     return flow.reshape(-1, rows, cols)
 
@@ -116,7 +120,7 @@ def attention_maps(model, images, batch_size=32):
     grid = model.token_grid(np.shape(images)[1:3])
     return np.concatenate(
         [
-            rollout_maps(rollout(weights), grid, encoder.num_prefix_tokens)
+            rollout_maps(rollout(weights), grid, encoder.num_prefix_tokens, encoder.num_registers)
             for _, weights in _attention_chunks(model, images, batch_size)
         ]
     )
@@ -208,7 +212,7 @@ def attention_distance(model, images, batch_size=32):
     image_size = np.shape(images)[1:3]
     grid, cell = model.token_grid(image_size), grid_cell_pixels(model, image_size)
     total = sum(
-        count * mean_attention_distance(weights, grid, cell, encoder.num_prefix_tokens)
+        count * mean_attention_distance(weights, grid, cell, encoder.num_output_prefix_tokens)
         for count, weights in _attention_chunks(model, images, batch_size)
     )
     return total / len(images)
@@ -249,7 +253,7 @@ def position_embedding_similarity(model):
     position embeddings of the patch grid (the class token's is left out)."""
     layer = model.get_layer("Transformer").position_embedding
     table = keras.ops.convert_to_numpy(layer.pos_embedding)[0]
-    return cosine_similarity_grid(table[layer.num_prefix_tokens :], layer.grid_size)
+    return cosine_similarity_grid(table[layer.num_embedded_prefix_tokens :], layer.grid_size)
 
 
 # -- Embedding filters (paper Fig. 7 left) ---------------------------------------

@@ -60,7 +60,7 @@ class ModelViews:
         images = self._image_input()
         encoder = self.get_layer("Transformer")
         _, x, patch_map = self._embedded(images)
-        x = encoder.position_embedding(on_grid(x, patch_map))
+        x = encoder.embedded(on_grid(x, patch_map))
         weights = []
         for block in encoder.blocks:  # block by block: each node has flat outputs
             x, block_weights = block(x, return_attention_weights=True)
@@ -126,13 +126,13 @@ class ModelViews:
             # more outputs than its first would not be connected: Keras' Function
             # counts a layer's outputs on its first node).
             encoder = self.get_layer("Transformer")
-            x = encoder.dropout(encoder.position_embedding(on_grid(tokens, patch_map)))
+            x = encoder.embedded(on_grid(tokens, patch_map))
             for k, block in enumerate(encoder.blocks[: block_numbers[-1]], 1):
                 x = block(x)
                 if k in block_numbers:
                     to_map = PatchTokenMap(
                         None if patch_map is not None else self.grid_size,
-                        encoder.num_prefix_tokens,
+                        encoder.num_output_prefix_tokens,  # class token, registers
                         name=f"block{k}_map",
                         dtype=self._dtype_arg,
                     )

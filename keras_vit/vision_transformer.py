@@ -32,6 +32,7 @@ from keras_vit import applications_args
 from keras_vit import layers as vit_layers
 from keras_vit.applications_args import NOT_GIVEN
 from keras_vit.compilation import AutoJitCompile
+from keras_vit.families import FAMILY_DEFAULTS, recorded_options
 from keras_vit.layers.patch_embedding import PatchTokenMap
 from keras_vit.layers.resnet import resnet_layers
 from keras_vit.views import ModelViews, embed, on_grid, token_grid_of
@@ -61,9 +62,11 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             `keras_vit.from_weights`) the checkpoint's resolution, else 224.
         patch_size: patch side P (on the ResNet feature map for hybrids).
         hidden_size, mlp_dim, num_heads, num_layers: Transformer sizes.
-        classifier: the architecture: 'token' (class token) or 'gap' (no class
-            token, global average pooling). None: what the checkpoint has, else
-            'token'.
+        classifier: the architecture: 'token' (class token), 'gap' (no class
+            token, global average pooling) or 'map' (no class token,
+            multi-head attention pooling: big_vision's MAPHead, SigLIP's
+            vision tower; `keras_vit.layers.MultiHeadAttentionPooling`, weights
+            'MAPHead_0/...'). None: what the checkpoint has, else 'token'.
         representation_size: width of the pre_logits layer (Dense + tanh), or
             None for none. Not given: follow the checkpoint (none without one).
         num_classes: head width. None: `classes`, else the checkpoint's, else
@@ -100,6 +103,26 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             'fc_norm' instead of 'Transformer/encoder_norm'. Every pooled output
             (the representation, `pooling` 'token', 'avg', 'max') goes through
             it, the `pooling=None` map is the blocks' output, as timm's.
+        layer_scale_init: LayerScale (`keras_vit.layers.LayerScale`, CaiT;
+            DeiT III, DINOv2): a per-channel scale on both residual branches of
+            every block, initialised to this value. None: the checkpoint's,
+            else none.
+        num_registers: register tokens (`keras_vit.layers.RegisterTokens`,
+            Darcet et al. 2024; DINOv2 with registers) after the class token.
+            They get no position embedding and are dropped from the feature
+            maps and from 'token' and 'avg' pooling (the 'map' head attends to
+            every token, as timm's). None: the checkpoint's, else 0.
+        position_embedding_for_class_token: False: the position embeddings
+            cover the patches alone, the class token gets none (DeiT III,
+            timm's no_embed_class); True: the class token's row too (the
+            authors', DINOv2). None: the checkpoint's, else True.
+        pre_norm: a LayerNorm before the first block (CLIP's ln_pre; weights
+            'Transformer/encoder_prenorm'). None: the checkpoint's, else False.
+        quick_gelu: the MLPs' activation is OpenAI CLIP's x * sigmoid(1.702 x)
+            instead of the GELU (`approximate_gelu` is then not read). None:
+            the checkpoint's, else False.
+        patch_embedding_bias: whether the patch embedding has a bias (CLIP's
+            has none). None: the checkpoint's, else True.
         preprocessing: the input normalisation the weights expect, recorded in
             the config for `keras_vit.preprocess_input(images,
             model.preprocessing)` and the exports (deploy/): None for the
@@ -180,6 +203,12 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         approximate_gelu=None,
         layer_norm_epsilon=None,
         fc_norm=None,
+        layer_scale_init=None,
+        num_registers=None,
+        position_embedding_for_class_token=None,
+        pre_norm=None,
+        quick_gelu=None,
+        patch_embedding_bias=None,
         preprocessing=None,
         input_shape=None,
         input_tensor=None,
@@ -210,6 +239,12 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             approximate_gelu=approximate_gelu,
             layer_norm_epsilon=layer_norm_epsilon,
             fc_norm=fc_norm,
+            layer_scale_init=layer_scale_init,
+            num_registers=num_registers,
+            position_embedding_for_class_token=position_embedding_for_class_token,
+            pre_norm=pre_norm,
+            quick_gelu=quick_gelu,
+            patch_embedding_bias=patch_embedding_bias,
             preprocessing=preprocessing,
             input_shape=input_shape,
             input_tensor=input_tensor,
@@ -259,6 +294,12 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         approximate_gelu,
         layer_norm_epsilon,
         fc_norm,
+        layer_scale_init,
+        num_registers,
+        position_embedding_for_class_token,
+        pre_norm,
+        quick_gelu,
+        patch_embedding_bias,
         preprocessing,
         resnet,
         pooling,
@@ -271,7 +312,11 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
     ):
         """Builds the graph from complete arguments; reads no file."""
         patch_embedding = vit_layers.PatchEmbedding(
-            patch_size, hidden_size, name="embedding", dtype=dtype
+            patch_size,
+            hidden_size,
+            name="embedding",
+            dtype=dtype,
+            **({} if patch_embedding_bias else {"use_bias": False}),
         )
         if input_tensor is None:
             size = (None, None) if dynamic_size else image_size
@@ -300,15 +345,38 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             final_norm=not fc_norm,
             name="Transformer",
             dtype=dtype,
+            **_encoder_options(
+                num_registers,
+                position_embedding_for_class_token,
+                pre_norm,
+                layer_scale_init,
+                quick_gelu,
+            ),
         )
         x = encoder(on_grid(x, patch_map))
+        prefix = encoder.num_output_prefix_tokens
         after_pooling = (
             keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="fc_norm", dtype=dtype)
             if fc_norm
             else None
         )
         if include_top or pooling is NOT_GIVEN:
-            x = vit_layers.TokenPooling(classifier, name="pool", dtype=dtype)(x)
+            if classifier == "map":
+                x = vit_layers.MultiHeadAttentionPooling(
+                    num_heads,
+                    mlp_dim,
+                    layer_norm_epsilon=layer_norm_epsilon,
+                    approximate_gelu=approximate_gelu,
+                    quick_gelu=quick_gelu,
+                    name="MAPHead_0",
+                    dtype=dtype,
+                )(x)
+            else:
+                if classifier == "gap" and num_registers:  # the registers are not patches
+                    x = keras.layers.Cropping1D(
+                        (num_registers, 0), name="patch_tokens", dtype=dtype
+                    )(x)
+                x = vit_layers.TokenPooling(classifier, name="pool", dtype=dtype)(x)
             if after_pooling is not None:
                 x = after_pooling(x)
             if representation_size:
@@ -320,7 +388,7 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
                     dtype=dtype,
                 )(x)
         else:
-            x = _pooled(x, pooling, classifier, grid_size, patch_map, dtype)
+            x = _pooled(x, pooling, prefix, grid_size, patch_map, dtype)
             if after_pooling is not None and pooling is not None:
                 x = after_pooling(x)
         if include_top:  # logits (and their activation) in float32 under mixed precision
@@ -354,6 +422,13 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         self.approximate_gelu = bool(approximate_gelu)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.fc_norm = bool(fc_norm)
+        self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
+        self.num_registers = int(num_registers)
+        self.position_embedding_for_class_token = bool(position_embedding_for_class_token)
+        self.pre_norm = bool(pre_norm)
+        self.quick_gelu = bool(quick_gelu)
+        self.patch_embedding_bias = bool(patch_embedding_bias)
+        self.num_prefix_tokens = prefix
         self.preprocessing = preprocessing
         self.resnet = resnet
         self._dtype_arg = dtype
@@ -391,6 +466,8 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "fc_norm": self.fc_norm,
         }
+        # The newer options where they differ from the authors' (absent: theirs).
+        config.update(recorded_options({key: getattr(self, key) for key in FAMILY_DEFAULTS}))
         if self.preprocessing is not None:  # the authors' scaling: the key is absent
             config["preprocessing"] = self.preprocessing
         if self.pooling is not NOT_GIVEN:  # not given: the key is absent
@@ -425,18 +502,31 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         return cls(**config)
 
 
-def _pooled(tokens, pooling, classifier, grid_size, patch_map, dtype):
-    """The headless output `pooling` asks for, from the encoder's output."""
+def _encoder_options(num_registers, position_embedding_for_class_token, pre_norm, scale, quick):
+    """The Encoder's arguments for the family options that differ from the
+    authors' model (none for it: its Encoder config is as before they existed)."""
+    options = dict(
+        num_registers=num_registers,
+        position_embedding_for_class_token=position_embedding_for_class_token,
+        pre_norm=pre_norm,
+        layer_scale_init=scale,
+        quick_gelu=quick,
+    )
+    return {key: value for key, value in options.items() if value != FAMILY_DEFAULTS[key]}
+
+
+def _pooled(tokens, pooling, prefix, grid_size, patch_map, dtype):
+    """The headless output `pooling` asks for, from the encoder's output, whose
+    first `prefix` tokens (class token, registers) are not patches."""
     if pooling == "token":
         return vit_layers.TokenPooling("token", name="pool", dtype=dtype)(tokens)
-    prefix = 1 if classifier == "token" else 0
     if pooling is None:
         to_map = PatchTokenMap(
             grid_size if patch_map is None else None, prefix, name="feature_map", dtype=dtype
         )
         return to_map(on_grid(tokens, patch_map))
     patches = tokens
-    if prefix:  # the class token is not a patch
+    if prefix:  # the class token and the registers are not patches
         patches = keras.layers.Cropping1D((prefix, 0), name="patch_tokens", dtype=dtype)(tokens)
     if pooling == "avg":
         return vit_layers.TokenPooling("gap", name="pool", dtype=dtype)(patches)

@@ -136,9 +136,9 @@ def test_savedmodel_export_of_a_timm_file(tmp_path, reference):
     serves the softmax of the source's logits for the same pixels (a softmax moves
     each output by at most what the logits move)."""
     import tensorflow as tf
-    from keras_vit_deploy import serving
 
     from keras_vit.preprocessing import PIXEL_SCALE
+    from keras_vit_deploy import serving
 
     names = serving.export_saved_model(_load("timm_gap_fc_norm"), str(tmp_path / "sm"))
     served = tf.saved_model.load(str(tmp_path / "sm")).signatures[names[2]]
@@ -367,6 +367,7 @@ def test_savedmodel_uses_the_recorded_normalisation(tmp_path):
     """A model with ImageNet mean/std: the SavedModel's encoded-image signature serves
     the model's outputs on the same pixels normalised that way, not the authors' way."""
     import tensorflow as tf
+
     from keras_vit_deploy import serving
 
     model = keras_vit.VisionTransformer(
@@ -452,10 +453,10 @@ def test_transformers_config_of_another_model_type(target, tmp_path):
 @pytest.mark.parametrize(
     "key, shape, feature",
     [
-        ("blocks.0.ls1.gamma", (8,), "LayerScale"),
+        ("rope.freqs", (4,), "rotary position embeddings"),
         ("dist_token", (1, 1, 8), "distillation token"),
-        ("reg_token", (1, 4, 8), "register tokens"),
-        ("norm_pre.weight", (8,), "norm_pre"),
+        # A square pos_embed beside a class token: it covers the prefix tokens too.
+        ("reg_token", (1, 4, 8), "position embeddings on register tokens"),
         ("blocks.0.attn.q_norm.weight", (4,), "qk_norm"),
         ("patch_embed.backbone.stem.conv.weight", (4, 3, 7, 7), "hybrid ResNet"),
     ],
@@ -481,14 +482,13 @@ def test_class_token_with_average_pooling_is_refused(target, tmp_path):
     _unchanged(target)
 
 
-def test_quick_gelu_in_a_transformers_config_is_refused(target, tmp_path):
+def test_quick_gelu_in_a_transformers_config_builds_a_quick_gelu_model(tmp_path):
     directory = tmp_path / "quick"
     shutil.copytree(_fixture("transformers_classifier"), directory)
     config = json.loads((directory / "config.json").read_text())
     (directory / "config.json").write_text(json.dumps({**config, "hidden_act": "quick_gelu"}))
-    with pytest.raises(RefusedFeatureError, match="quick_gelu"):
-        keras_vit.load_weights(target[0], str(directory))
-    _unchanged(target)
+    model = keras_vit.from_weights(str(directory), **FIXTURE_SIZES)
+    assert model.quick_gelu and model.get_config()["quick_gelu"]
 
 
 def test_pickle_without_torch(target, tmp_path, monkeypatch):

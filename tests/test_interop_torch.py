@@ -253,13 +253,13 @@ def _same_arrays(model, again):
 
 TIMM_REFUSED = {
     "distillation token": ("deit_tiny_distilled_patch16_224", dict()),
-    "register tokens": ("vit_tiny_patch16_224", dict(reg_tokens=2)),
-    "LayerScale": ("vit_tiny_patch16_224", dict(init_values=1e-5)),
-    "norm_pre": ("vit_tiny_patch16_224", dict(pre_norm=True)),
+    # Registers, LayerScale, norm_pre, MAP and quick_gelu load: tests/test_interop_families.py.
+    "position embeddings on register tokens": ("vit_tiny_patch16_224", dict(reg_tokens=2)),
     "qk_norm": ("vit_tiny_patch16_224", dict(qk_norm=True)),
-    "attention pooling": ("vit_tiny_patch16_224", dict(global_pool="map", class_token=False)),
+    "attention pooling": ("vit_tiny_patch16_224", dict(global_pool="map")),  # beside a class token
     "class token with average pooling": ("vit_tiny_patch16_224", dict(global_pool="avg")),
-    "quick_gelu": ("vit_tiny_patch16_224", dict(act_layer="quick_gelu")),
+    "activation": ("vit_tiny_patch16_224", dict(act_layer="silu")),
+    "gated MLP": ("vit_giant_patch14_dinov2", dict()),  # SwiGLU
     # timm's config.json leaves drop rates out unless given: a config that says it.
     "patch dropout": ("vit_tiny_patch16_224", dict(patch_drop_rate=0.1)),
 }

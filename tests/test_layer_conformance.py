@@ -248,6 +248,80 @@ ENTRIES = [
         # A projection unit (12) and an identity one (9: no conv_proj, gn_proj).
         expected_num_trainable_weights=21,
     ),
+    # The family options (keras_vit.families).
+    entry(
+        layers.PatchEmbedding,
+        dict(patch_size=4, hidden_size=8, use_bias=False),
+        "no-bias",
+        input_shape=(2, 12, 16, 3),
+        expected_output_shape=(2, 12, 8),
+        expected_num_trainable_weights=1,
+    ),
+    entry(
+        layers.PositionEmbedding,
+        dict(grid_size=(2, 3), num_prefix_tokens=1, embed_prefix_tokens=False),
+        "patches-only",
+        input_shape=((2, 13, 8), (2, 3, 4, 5)),  # resized in the graph to a 3x4 grid
+        expected_output_shape=(2, 13, 8),
+        expected_num_trainable_weights=1,
+    ),
+    entry(
+        layers.LayerScale,
+        dict(init_value=0.1),
+        input_shape=TOKENS,
+        expected_output_shape=TOKENS,
+        expected_num_trainable_weights=1,
+    ),
+    entry(
+        layers.RegisterTokens,
+        dict(num_registers=2, num_prefix_tokens=1),
+        input_shape=TOKENS,
+        expected_output_shape=(2, 9, 8),
+        expected_num_trainable_weights=1,
+    ),
+    entry(
+        layers.MultiHeadAttentionPooling,
+        dict(num_heads=2, mlp_dim=16, layer_norm_epsilon=1e-5, quick_gelu=True),
+        input_shape=TOKENS,
+        expected_output_shape=(2, 8),
+        expected_num_trainable_weights=15,  # probe, attention 8, LayerNorm 2, MLP 4
+    ),
+    entry(
+        layers.MlpBlock,
+        dict(mlp_dim=16, quick_gelu=True),
+        "quick-gelu",
+        input_shape=TOKENS,
+        expected_output_shape=TOKENS,
+        expected_num_trainable_weights=4,
+    ),
+    entry(
+        layers.EncoderBlock,
+        dict(num_heads=2, mlp_dim=16, layer_scale_init=0.1, stochastic_depth_rate=0.1),
+        "layer-scale",
+        input_shape=TOKENS,
+        expected_output_shape=TOKENS,
+        expected_num_trainable_weights=18,  # 16 and the two LayerScales
+        expected_num_seed_generators=1,  # drop path
+    ),
+    entry(
+        layers.Encoder,
+        dict(
+            grid_size=(2, 3),
+            num_layers=2,
+            num_heads=2,
+            mlp_dim=16,
+            num_registers=2,
+            position_embedding_for_class_token=False,
+            pre_norm=True,
+            layer_scale_init=0.1,
+            quick_gelu=True,
+        ),
+        "families",
+        input_shape=TOKENS,
+        expected_output_shape=(2, 9, 8),  # the registers join the sequence
+        # position embedding, registers, pre-norm 2, 2 blocks of 18, encoder_norm 2
+        expected_num_trainable_weights=42,
+    ),
     # Registered layers outside keras_vit.layers.
     entry(
         PatchTokens,

@@ -17,7 +17,7 @@ import os
 
 from keras_vit.checkpoint import hub, state_dict, timm_format, transformers_format
 from keras_vit.checkpoint.errors import CheckpointError
-from keras_vit.families import FAMILY_OPTIONS
+from keras_vit.families import recorded_options
 
 TIMM = "timm"
 TRANSFORMERS = "transformers"
@@ -135,7 +135,7 @@ def model_config(metadata, sizes):
         "representation_size": metadata["representation_size"],
         "num_classes": metadata.get("num_classes"),
         "include_top": "num_classes" in metadata,
-        **{key: metadata[key] for key in FAMILY_OPTIONS},
+        **recorded_options(metadata),
         **({"preprocessing": metadata["preprocessing"]} if metadata.get("preprocessing") else {}),
     }
 

@@ -14,7 +14,11 @@ def model_variables(model):
         dict name -> keras.Variable, in model order (a hybrid's ResNet, then the
         embedding, ..., head last). An `fc_norm` model has 'fc_norm/scale' and
         'fc_norm/bias' (timm's LayerNorm after pooling) where others have
-        'Transformer/encoder_norm/...'. Shapes are those of the checkpoint: ResNet
+        'Transformer/encoder_norm/...'. The family options add theirs:
+        'Transformer/registers' (1, R, D), 'Transformer/encoder_prenorm/...',
+        '.../LayerScale_1/scale' and '.../LayerScale_3/scale' (D,) in each
+        block, big_vision's 'MAPHead_0/...' (probe (1, 1, D), its attention,
+        LayerNorm_0, MlpBlock_0); no 'embedding/bias' without a patch bias. Shapes are those of the checkpoint: ResNet
         `conv_root/kernel` and `block{s}/unit{u}/conv*/kernel` (kh, kw, in, out),
         GroupNorm `gn*/scale` and `gn*/bias` (C,), `embedding/kernel` (P, P, C, D),
         attention `query/kernel` (D, heads, head_dim), `out/kernel`
@@ -23,27 +27,36 @@ def model_variables(model):
     names = _resnet(model)
     embedding = model.get_layer("embedding")
     names["embedding/kernel"] = embedding.kernel
-    names["embedding/bias"] = embedding.bias
+    if embedding.bias is not None:  # CLIP's patch embedding has none
+        names["embedding/bias"] = embedding.bias
     if model.classifier == "token":
         names["cls"] = model.get_layer("cls").cls
     encoder = model.get_layer("Transformer")
+    if encoder.registers is not None:
+        names["Transformer/registers"] = encoder.registers.registers
     names["Transformer/posembed_input/pos_embedding"] = encoder.position_embedding.pos_embedding
+    if encoder.encoder_prenorm is not None:
+        names.update(_norm("Transformer/encoder_prenorm", encoder.encoder_prenorm))
     for i, block in enumerate(encoder.blocks):
         prefix = f"Transformer/encoderblock_{i}/"
         names.update(_norm(prefix + "LayerNorm_0", block.norm_1))
-        attention = block.attention
-        for part in ("query", "key", "value", "out"):
-            names[f"{prefix}MultiHeadDotProductAttention_1/{part}/kernel"] = getattr(
-                attention, f"{part}_kernel"
-            )
-            names[f"{prefix}MultiHeadDotProductAttention_1/{part}/bias"] = getattr(
-                attention, f"{part}_bias"
-            )
+        names.update(_attention(prefix + "MultiHeadDotProductAttention_1", block.attention))
+        if block.layer_scale_1 is not None:
+            names[prefix + "LayerScale_1/scale"] = block.layer_scale_1.scale
         names.update(_norm(prefix + "LayerNorm_2", block.norm_2))
         names.update(_dense(prefix + "MlpBlock_3/Dense_0", block.mlp.dense_0))
         names.update(_dense(prefix + "MlpBlock_3/Dense_1", block.mlp.dense_1))
+        if block.layer_scale_3 is not None:
+            names[prefix + "LayerScale_3/scale"] = block.layer_scale_3.scale
     if encoder.encoder_norm is not None:  # else the model normalises after pooling
         names.update(_norm("Transformer/encoder_norm", encoder.encoder_norm))
+    map_head = _find(model, "MAPHead_0")
+    if map_head is not None:  # big_vision's names
+        names["MAPHead_0/probe"] = map_head.probe
+        names.update(_attention("MAPHead_0/MultiHeadDotProductAttention_0", map_head.attention))
+        names.update(_norm("MAPHead_0/LayerNorm_0", map_head.norm))
+        names.update(_dense("MAPHead_0/MlpBlock_0/Dense_0", map_head.mlp.dense_0))
+        names.update(_dense("MAPHead_0/MlpBlock_0/Dense_1", map_head.mlp.dense_1))
     fc_norm = _find(model, "fc_norm")
     if fc_norm is not None:
         names.update(_norm("fc_norm", fc_norm))
@@ -105,6 +118,15 @@ def _resnet(model):
 def _norm(name, layer):
     """A Keras LayerNormalization/GroupNormalization: gamma, beta = scale, bias."""
     return {f"{name}/scale": layer.gamma, f"{name}/bias": layer.beta}
+
+
+def _attention(name, layer):
+    """A MultiHeadSelfAttention's kernels and biases: '<name>/{query,key,value,out}/...'."""
+    names = {}
+    for part in ("query", "key", "value", "out"):
+        names[f"{name}/{part}/kernel"] = getattr(layer, f"{part}_kernel")
+        names[f"{name}/{part}/bias"] = getattr(layer, f"{part}_bias")
+    return names
 
 
 def _dense(name, layer):

@@ -38,7 +38,8 @@ class Target:
         name: the model's name (for messages).
         shapes: official name -> the variable's shape, in model order.
         grid_size: (rows, cols) of its position embeddings.
-        num_prefix_tokens: 1 for a class token, else 0.
+        num_prefix_tokens: the position embedding's rows before the grid's: 1
+            for a class token that gets one, else 0.
     """
 
     name: str
@@ -53,7 +54,8 @@ class Target:
             model.name,
             {name: tuple(variable.shape) for name, variable in variables.items()},
             tuple(model.grid_size),
-            1 if model.classifier == "token" else 0,
+            # The rows before the grid's: the class token's, unless it gets none.
+            model.get_layer("Transformer").position_embedding.num_embedded_prefix_tokens,
         )
 
 

@@ -11,38 +11,41 @@ from keras_vit.checkpoint.errors import CheckpointError
 FEATURES = {
     "distillation token": "DeiT's distilled models add a second token and head "
     "(dist_token, head_dist); keras_vit has one class token and one head",
-    "register tokens": "extra learned tokens beside the class token (reg_token); "
-    "keras_vit has none",
-    "LayerScale": "per-channel scales on each residual branch (ls1/ls2 gamma, "
-    "init_values); keras_vit's blocks have none",
-    "norm_pre": "CLIP's LayerNorm between the embeddings and the first block "
-    "(pre_norm=True); keras_vit has none",
     "qk_norm": "LayerNorms on queries and keys (q_norm, k_norm); keras_vit has none",
-    "quick_gelu": "CLIP's x * sigmoid(1.702 x) activation; keras_vit computes the "
-    "GELU (tanh or exact)",
     "patch dropout": "dropping patch tokens in training (patch_drop_rate); keras_vit does not",
-    "attention pooling": "a learned attention-pooling head (global_pool='map', "
-    "SigLIP; attn_pool); keras_vit pools by class token or mean",
+    "attention pooling": "an attention-pooling head other than big_vision's MAP "
+    "(one probe token over tokens without a class token): several latents, "
+    "q/k norms or position embeddings in the pool, or global_pool='map' beside a "
+    "class token",
+    "position embeddings on register tokens": "register tokens that get position "
+    "embeddings (timm's reg_tokens without no_embed_class); keras_vit inserts "
+    "registers after the position embeddings, as DINOv2 with registers",
+    "rotary position embeddings": "RoPE (EVA-02, DINOv3: rope keys, or an "
+    "architecture of theirs); keras_vit adds learned absolute position embeddings",
     "class token with average pooling": "a class token that the pooling skips "
     "(global_pool='avg' with class_token=True, as MAE fine-tunes); keras_vit's "
     "'gap' models have no class token and 'token' models pool it",
-    "pooling": "max / avg-max / no pooling (global_pool other than 'token' and "
-    "'avg'); keras_vit pools by class token or mean",
+    "pooling": "max / avg-max / no pooling (global_pool other than 'token', 'avg' and "
+    "'map'); keras_vit pools by class token, mean or MAP",
     "no final LayerNorm": "a model without a LayerNorm after the blocks "
     "(final_norm=False); keras_vit has one, before or after pooling",
     "patch-embedding norm": "a LayerNorm inside the patch embedding "
     "(embed_norm_layer); keras_vit's patch embedding is the linear projection alone",
     "scaled norms": "extra LayerNorms inside attention or MLP (scale_attn_norm, "
     "scale_mlp_norm); keras_vit has none",
-    "gated MLP": "SwiGLU-style MLPs (fc1_g / fc1_x); keras_vit's MLP is Dense -> GELU -> Dense",
+    "gated MLP": "SwiGLU-style MLPs (fc1_g / fc1_x, w12 / w3; DINOv2 giant, EVA-02, "
+    "DINOv3, transformers' use_swiglu_ffn); keras_vit's MLP is Dense -> GELU -> Dense",
     "no learned position embedding": "none or rotary position embeddings; "
     "keras_vit adds learned absolute ones",
     "hybrid ResNet": "timm's hybrids (vit_*_r50_*, vit_*_r26_*) standardise "
     "kernels with sqrt(var + 1e-8) and use GroupNorm epsilon 1e-5, where "
     "keras_vit's (the authors') use std + 1e-5 and 1e-6: another computation; "
     "the authors' .npz of the same models load exactly",
-    "activation": "an MLP activation other than the GELU (hidden_act / act_layer)",
+    "activation": "an MLP activation other than the GELU or QuickGELU (hidden_act / act_layer)",
     "pooler activation": "a pooler activation other than tanh (pooler_act)",
+    "class token and patch mean head": "Dinov2ForImageClassification's classifier "
+    "on the class token concatenated with the patches' mean; keras_vit loads "
+    "Dinov2Model (its head sees one pooled vector)",
     "masked image modeling decoder": "ViTForMaskedImageModeling's decoder; "
     "keras_vit loads ViTModel and ViTForImageClassification",
 }

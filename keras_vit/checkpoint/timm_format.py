@@ -20,10 +20,23 @@ beside it (`architecture`, `num_classes`, `global_pool`, `model_args`,
     pre_logits.fc (R, D)                          pre_logits (files of timm < 0.6)
     head (K, D)                                   head (absent: a headless model)
 
-What the state dict does not say comes from config.json, else timm's defaults:
-the pooling ('token' with a class token and no fc_norm; 'avg' without a class
-token), the exact (erf) GELU of timm's nn.GELU (act_layer='gelu_tanh': the tanh
-form), LayerNorm epsilon 1e-6. What keras_vit does not compute is refused by
+The families' keys (DeiT III, DINOv2, SigLIP, CLIP):
+
+    reg_token (1, R, D)                           Transformer/registers
+    norm_pre                                      Transformer/encoder_prenorm
+    blocks.{i}.ls1.gamma, .ls2.gamma (D,)         .../LayerScale_1/scale, LayerScale_3/scale
+    attn_pool.latent (1, 1, D)                    MAPHead_0/probe
+    attn_pool.q, .kv (2D, D), .proj               MAPHead_0/MultiHeadDotProductAttention_0/
+                                                  query, key and value, out
+    attn_pool.norm, .mlp.fc1, .mlp.fc2            MAPHead_0/LayerNorm_0, MlpBlock_0/Dense_0, _1
+
+What the state dict does not say comes from config.json, else from what timm's
+architecture of that name sets (`implicit_model_args`: CLIP's LayerNorm epsilon
+1e-5 and QuickGELU, the tanh GELU of the SigLIP 2-era towers, DeiT III's and
+DINOv2-with-registers' no_embed_class), else timm's defaults: the pooling
+('token' with a class token and no fc_norm; 'avg' without a class token; 'map'
+with attn_pool), the exact (erf) GELU of timm's nn.GELU (act_layer='gelu_tanh':
+the tanh form), LayerNorm epsilon 1e-6. What keras_vit does not compute is refused by
 name (`keras_vit.checkpoint.refused`).
 """
 
@@ -44,7 +57,28 @@ from keras_vit.variants import variant_name
 # timm's VisionTransformer LayerNorms: partial(nn.LayerNorm, eps=1e-6), the official value.
 TIMM_LAYER_NORM_EPSILON = LAYER_NORM_EPSILON
 # timm's names of activations (`timm.layers.get_act_layer`): approximate_gelu.
-ACTIVATIONS = {None: False, "gelu": False, "gelu_tanh": True}
+ACTIVATIONS = {None: False, "gelu": False, "gelu_tanh": True, "quick_gelu": False}
+# LayerNorm epsilon of timm's CLIP towers (partial(LayerNorm, eps=1e-5)).
+CLIP_LAYER_NORM_EPSILON = 1e-5
+# timm 1.0's architectures whose MLPs use the tanh GELU without their config.json
+# saying so (act_layer='gelu_tanh' in their model_args): SigLIP's later towers.
+GELU_TANH_ARCHITECTURES = frozenset(
+    f"vit_{size}_siglip{gap}_{res}"
+    for gap in ("", "_gap")
+    for size, res in (
+        ("base_patch32", 256),
+        ("giantopt_patch16", 256),
+        ("giantopt_patch16", 384),
+        ("large_patch16", 512),
+        ("so400m_patch16", 256),
+        ("so400m_patch16", 384),
+        ("so400m_patch16", 512),
+    )
+)
+# What keras_vit writes for a family (save_timm): the architecture whose defaults
+# give the model_args JSON cannot (CLIP's LayerNorm epsilon 1e-5).
+CLIP_ARCHITECTURE = "vit_base_patch16_clip_224"
+CLIP_QUICKGELU_ARCHITECTURE = "vit_base_patch16_clip_quickgelu_224"
 # A keras_vit variant's timm architecture name (the model args give the sizes anyway).
 TIMM_NAMES = {
     "ViT_Ti16": "vit_tiny_patch16_224",
@@ -69,16 +103,33 @@ _BLOCK_MODULES = {
     "mlp.fc1": "dense_0",
     "mlp.fc2": "dense_1",
 }
-_TOP_MODULES = ("patch_embed.proj", "norm", "fc_norm", "head", "pre_logits.fc")
-_TOP_TENSORS = ("cls_token", "pos_embed")
+_TOP_MODULES = ("patch_embed.proj", "norm", "fc_norm", "head", "pre_logits.fc", "norm_pre")
+_TOP_TENSORS = ("cls_token", "pos_embed", "reg_token")
+# Per block, beside _BLOCK_MODULES: LayerScale (timm's `ls1`, `ls2`).
+_LAYER_SCALES = {"ls1.gamma": "LayerScale_1", "ls2.gamma": "LayerScale_3"}
+# timm's AttentionPoolLatent (global_pool='map'): module -> keras_vit name under MAPHead_0.
+_ATTN_POOL = "attn_pool."
+_ATTN_POOL_MODULES = {
+    "proj": "MultiHeadDotProductAttention_0/out",
+    "norm": "LayerNorm_0",
+    "mlp.fc1": "MlpBlock_0/Dense_0",
+    "mlp.fc2": "MlpBlock_0/Dense_1",
+}
+MAP_HEAD = "MAPHead_0/"
+_ATTN_POOL_KEYS = frozenset(
+    [_ATTN_POOL + "latent"]
+    + [
+        f"{_ATTN_POOL}{module}.{part}"
+        for module in ("q", "kv", *_ATTN_POOL_MODULES)
+        for part in ("weight", "bias")
+    ]
+)
 # Keys (patterns) of features refused by name, and the feature.
 _REFUSED_KEYS = (
     (re.compile(r"^(dist_token|head_dist\.)"), "distillation token"),
-    (re.compile(r"^reg_token$"), "register tokens"),
-    (re.compile(r"\.(ls[12]\.gamma|gamma_[12])$"), "LayerScale"),
-    (re.compile(r"^norm_pre\."), "norm_pre"),
     (re.compile(r"\.attn\.[qk]_norm\."), "qk_norm"),
-    (re.compile(r"^attn_pool\."), "attention pooling"),
+    (re.compile(r"^attn_pool\.([qk]_norm|pos_embed)"), "attention pooling"),
+    (re.compile(r"(^|\.)rope\."), "rotary position embeddings"),
     (re.compile(r"^patch_embed\.backbone\."), "hybrid ResNet"),
     (re.compile(r"^patch_embed\.norm\."), "patch-embedding norm"),
     (re.compile(r"\.(attn|mlp)\.norm\."), "scaled norms"),
@@ -98,6 +149,28 @@ def is_timm_config(config):
     return isinstance(config, dict) and "architecture" in config and "model_type" not in config
 
 
+def implicit_model_args(architecture):
+    """The model_args that timm's architecture `architecture` (config.json's
+    name) sets and a state dict does not show: act_layer ('quick_gelu' for
+    OpenAI CLIP's, 'gelu_tanh' for `GELU_TANH_ARCHITECTURES`), the LayerNorm
+    epsilon of CLIP's towers (keras_vit's key 'layer_norm_epsilon', timm's is a
+    norm_layer), no_embed_class for DeiT III and DINOv2 with registers.
+    config.json's own model_args win over these."""
+    name = str(architecture or "")
+    implicit = {}
+    if "quickgelu" in name:
+        implicit["act_layer"] = "quick_gelu"
+    elif name in GELU_TANH_ARCHITECTURES:
+        implicit["act_layer"] = "gelu_tanh"
+    if "_clip_" in name:
+        implicit["layer_norm_epsilon"] = CLIP_LAYER_NORM_EPSILON
+    if name.startswith("deit3_") or re.search(r"_reg\d+_dinov2", name):
+        implicit["no_embed_class"] = True
+    if re.search(r"eva02|dinov3|_rope_", name):
+        implicit["rope"] = True
+    return implicit
+
+
 def open_state(origin, state, config=None, arch=None):
     """What a timm state dict records, and how to read it for a model.
 
@@ -110,37 +183,52 @@ def open_state(origin, state, config=None, arch=None):
     Returns:
         (metadata, read, sizes): the metadata dict (`keras_vit.checkpoint.metadata`:
         classifier, channels, representation_size, num_classes, image_size,
-        grid_size, and the family's approximate_gelu, layer_norm_epsilon,
-        fc_norm), read(model) -> {official name: array} for the model's heads,
-        and the sizes (patch_size, hidden_size, mlp_dim, num_heads, num_layers)
-        where config.json's model_args say the heads, else None.
+        grid_size, and the family's options `keras_vit.families`), read(model) ->
+        {official name: array} for the model's heads, and the sizes
+        (patch_size, hidden_size, mlp_dim, num_heads, num_layers) where
+        config.json's model_args say the heads, else None.
     Raises:
         RefusedFeatureError: a feature keras_vit does not compute (named).
         CheckpointError: not a timm ViT (its first keys named), unknown keys,
             sizes that disagree with `arch` (named).
     """
-    model_args = _model_args(config)
+    architecture = (config or {}).get("architecture")
+    model_args = {**implicit_model_args(architecture), **_model_args(config)}
     _check_keys(origin, state, model_args, config)
-    classifier = "token" if "cls_token" in state else "gap"
+    has_cls = "cls_token" in state
+    attention_pool = "attn_pool.latent" in state
     fc_norm = "fc_norm.weight" in state
     if "norm.weight" not in state and not fc_norm:
         refuse(origin, "no final LayerNorm", "neither 'norm' nor 'fc_norm'")
-    pool = _global_pool(config, model_args, classifier, fc_norm)
-    if pool == "avg" and classifier == "token":
+    pool = _global_pool(config, model_args, has_cls, fc_norm, attention_pool)
+    if pool == "avg" and has_cls:
         refuse(
             origin,
             "class token with average pooling",
             f"global_pool='avg' and 'cls_token'{_why_avg(config, model_args)}",
         )
-    if pool not in ("token", "avg"):
+    if pool == "map" and (has_cls or not attention_pool):
+        refuse(
+            origin,
+            "attention pooling",
+            "global_pool='map' with a class token" if has_cls else "global_pool='map'",
+        )
+    if pool not in ("token", "avg", "map"):
         refuse(origin, "pooling", f"global_pool={pool!r}")
     act = model_args.get("act_layer")
     if act not in ACTIVATIONS:
-        feature = "quick_gelu" if "quick" in str(act) else "activation"
-        refuse(origin, feature, f"act_layer={act!r}")
+        refuse(origin, "activation", f"act_layer={act!r}")
     _check_sizes(origin, state, model_args, arch)
     no_embed_class = _no_embed_class(state, model_args)
-    grid, patch = _grid(state, model_args, classifier, no_embed_class)
+    registers = int(state["reg_token"].shape[1]) if "reg_token" in state else 0
+    if registers and not no_embed_class:
+        refuse(
+            origin,
+            "position embeddings on register tokens",
+            "key 'reg_token'",  # beside a pos_embed with rows for the prefix tokens
+        )
+    grid, patch = _grid(state, model_args, has_cls, no_embed_class)
+    classifier = "token" if has_cls else ("map" if pool == "map" else "gap")
     meta = {
         "classifier": classifier,
         "channels": int(state["patch_embed.proj.weight"].shape[1]),
@@ -148,8 +236,17 @@ def open_state(origin, state, config=None, arch=None):
             int(state["pre_logits.fc.weight"].shape[0]) if "pre_logits.fc.weight" in state else None
         ),
         "approximate_gelu": ACTIVATIONS[act],
-        "layer_norm_epsilon": TIMM_LAYER_NORM_EPSILON,
+        "layer_norm_epsilon": float(model_args.get("layer_norm_epsilon", TIMM_LAYER_NORM_EPSILON)),
         "fc_norm": fc_norm,
+        "layer_scale_init": (
+            float(model_args.get("init_values") or 1e-5) if "blocks.0.ls1.gamma" in state else None
+        ),
+        "num_registers": registers,
+        # A class token without its own row: timm's no_embed_class (DeiT III, DINOv2-reg).
+        "position_embedding_for_class_token": not (has_cls and no_embed_class),
+        "pre_norm": "norm_pre.weight" in state,
+        "quick_gelu": act == "quick_gelu",
+        "patch_embedding_bias": "patch_embed.proj.bias" in state,
         "preprocessing": _preprocessing(origin, config),
         "posemb_resize": TIMM,  # timm's resample_abs_pos_embed
     }
@@ -167,24 +264,35 @@ def open_state(origin, state, config=None, arch=None):
             "num_heads": int(model_args["num_heads"]),
             "num_layers": _num_blocks(state),
         }
-    return meta, lambda model: to_params(state, model.num_heads, no_embed_class), sizes
+
+    def read(model):
+        class_row = no_embed_class and getattr(model, "position_embedding_for_class_token", True)
+        return to_params(state, model.num_heads, class_row)
+
+    return meta, read, sizes
 
 
 def to_params(state, num_heads, no_embed_class=False):
     """A timm ViT state dict (checked by `open_state`) as official arrays, for a
     model of `num_heads` heads. `no_embed_class`: the position embeddings leave
-    out the class token (timm's no_embed_class), which then gets a zero row:
-    adding nothing to it computes the same."""
-    params = {
-        "embedding/kernel": torch_layout.kernel_from_conv(state["patch_embed.proj.weight"]),
-        "embedding/bias": state["patch_embed.proj.bias"],
-    }
+    out the class token (timm's no_embed_class) and the model has a row for it,
+    which then gets zeros: adding nothing to it computes the same. (A model
+    built with position_embedding_for_class_token=False takes the rows as they
+    are.)"""
+    params = {"embedding/kernel": torch_layout.kernel_from_conv(state["patch_embed.proj.weight"])}
+    if "patch_embed.proj.bias" in state:
+        params["embedding/bias"] = state["patch_embed.proj.bias"]
     posemb = state["pos_embed"]
     if "cls_token" in state:
         params["cls"] = state["cls_token"]
         if no_embed_class:
             posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
+    if "reg_token" in state:
+        params["Transformer/registers"] = state["reg_token"]
     params["Transformer/posembed_input/pos_embedding"] = posemb
+    if "norm_pre.weight" in state:
+        params["Transformer/encoder_prenorm/scale"] = state["norm_pre.weight"]
+        params["Transformer/encoder_prenorm/bias"] = state["norm_pre.bias"]
     for index in range(_num_blocks(state)):
         prefix = f"blocks.{index}."
         parts = {}
@@ -198,6 +306,9 @@ def to_params(state, num_heads, no_embed_class=False):
             for name, w, b in zip(torch_layout.PROJECTIONS, weights, biases):
                 parts[name] = (w, b)
         params.update(torch_layout.block_params(index, parts, num_heads))
+        for key, name in _LAYER_SCALES.items():
+            if prefix + key in state:
+                params[f"{torch_layout.block_prefix(index)}{name}/scale"] = state[prefix + key]
     for module, name in (
         ("norm", "Transformer/encoder_norm"),
         ("fc_norm", "fc_norm"),
@@ -205,9 +316,41 @@ def to_params(state, num_heads, no_embed_class=False):
         if f"{module}.weight" in state:
             params[f"{name}/scale"] = state[f"{module}.weight"]
             params[f"{name}/bias"] = state[f"{module}.bias"]
+    if "attn_pool.latent" in state:
+        params.update(_attention_pool_params(state, num_heads))
     params.update(
         torch_layout.dense_params(state, (("pre_logits.fc", "pre_logits"), ("head", "head")))
     )
+    return params
+
+
+def _attention_pool_params(state, num_heads):
+    """timm's AttentionPoolLatent (one latent) as big_vision's MAPHead arrays."""
+    p = _ATTN_POOL
+    width = state[f"{p}q.weight"].shape[0]
+    key, value = np.split(state[f"{p}kv.weight"], 2, axis=0)
+    kv_bias = state.get(f"{p}kv.bias")
+    key_bias, value_bias = np.split(kv_bias, 2) if kv_bias is not None else (None, None)
+    parts = {
+        "query": (state[f"{p}q.weight"], state.get(f"{p}q.bias")),
+        "key": (key, key_bias),
+        "value": (value, value_bias),
+    }
+    params = {f"{MAP_HEAD}probe": state[f"{p}latent"]}
+    for role, (weight, bias) in parts.items():
+        kernel = np.asarray(weight).T.reshape(width, num_heads, -1)
+        bias = np.zeros(weight.shape[0], np.float32) if bias is None else np.asarray(bias)
+        name = f"{MAP_HEAD}MultiHeadDotProductAttention_0/{role}"
+        params[f"{name}/kernel"], params[f"{name}/bias"] = kernel, bias.reshape(num_heads, -1)
+    for module, name in _ATTN_POOL_MODULES.items():
+        weight, bias = state[f"{p}{module}.weight"], state[f"{p}{module}.bias"]
+        if module == "norm":
+            params[f"{MAP_HEAD}{name}/scale"], params[f"{MAP_HEAD}{name}/bias"] = weight, bias
+            continue
+        kernel = np.asarray(weight).T
+        if module == "proj":
+            kernel = kernel.reshape(num_heads, -1, kernel.shape[-1])
+        params[f"{MAP_HEAD}{name}/kernel"], params[f"{MAP_HEAD}{name}/bias"] = kernel, bias
     return params
 
 
@@ -240,15 +383,26 @@ def save_timm(model, path):
 
 
 def from_params(params):
-    """Official arrays (a plain ViT's, `keras_vit.checkpoint.layout.model_params`)
-    as a timm state dict: the inverse of `to_params`."""
-    state = {
-        "patch_embed.proj.weight": torch_layout.conv_from_kernel(params["embedding/kernel"]),
-        "patch_embed.proj.bias": params["embedding/bias"],
-    }
+    """Official arrays (`keras_vit.checkpoint.layout.model_params`, a plain ViT's
+    or one of the families') as a timm state dict: the inverse of `to_params`.
+    Registers with a class token that has a position embedding (transformers'
+    DINOv2 with registers) are written as timm converts DINOv2's own files: the
+    class token's row added to the class token, the rest as no_embed_class."""
+    state = {"patch_embed.proj.weight": torch_layout.conv_from_kernel(params["embedding/kernel"])}
+    if "embedding/bias" in params:
+        state["patch_embed.proj.bias"] = params["embedding/bias"]
+    posemb = params["Transformer/posembed_input/pos_embedding"]
     if "cls" in params:
         state["cls_token"] = params["cls"]
-    state["pos_embed"] = params["Transformer/posembed_input/pos_embedding"]
+        if "Transformer/registers" in params and _has_class_row(params):
+            state["cls_token"] = params["cls"] + posemb[:, :1]
+            posemb = posemb[:, 1:]
+    if "Transformer/registers" in params:
+        state["reg_token"] = params["Transformer/registers"]
+    state["pos_embed"] = posemb
+    if "Transformer/encoder_prenorm/scale" in params:
+        state["norm_pre.weight"] = params["Transformer/encoder_prenorm/scale"]
+        state["norm_pre.bias"] = params["Transformer/encoder_prenorm/bias"]
     for index in range(torch_layout.num_blocks(params)):
         parts = torch_layout.block_parts(params, index)
         prefix = f"blocks.{index}."
@@ -259,13 +413,52 @@ def from_params(params):
             else:
                 weight, bias = parts[role]
             state[f"{prefix}{module}.weight"], state[f"{prefix}{module}.bias"] = weight, bias
+        for key, name in _LAYER_SCALES.items():
+            scale = params.get(f"{torch_layout.block_prefix(index)}{name}/scale")
+            if scale is not None:
+                state[prefix + key] = scale
     for name, module in (("Transformer/encoder_norm", "norm"), ("fc_norm", "fc_norm")):
         if f"{name}/scale" in params:
             state[f"{module}.weight"] = params[f"{name}/scale"]
             state[f"{module}.bias"] = params[f"{name}/bias"]
+    if f"{MAP_HEAD}probe" in params:
+        state.update(_attention_pool_state(params))
     if "head/kernel" in params:
         weight, bias = torch_layout.linear_from_dense(params["head/kernel"], params["head/bias"])
         state["head.weight"], state["head.bias"] = weight, bias
+    return state
+
+
+def _has_class_row(params):
+    """Whether the position embeddings have a row for the class token (one more
+    than a square grid's; DINOv2's, the original ViT's)."""
+    rows = params["Transformer/posembed_input/pos_embedding"].shape[1]
+    return "cls" in params and _is_square(rows - 1) and not _is_square(rows)
+
+
+def _attention_pool_state(params):
+    """big_vision's MAPHead arrays as timm's AttentionPoolLatent: the inverse of
+    `_attention_pool_params`."""
+    p, attention = _ATTN_POOL, f"{MAP_HEAD}MultiHeadDotProductAttention_0/"
+    state = {f"{p}latent": params[f"{MAP_HEAD}probe"]}
+
+    def linear(name):
+        kernel = np.asarray(params[f"{attention}{name}/kernel"])
+        return kernel.reshape(kernel.shape[0], -1).T, np.asarray(params[f"{attention}{name}/bias"])
+
+    (q, qb), (k, kb), (v, vb) = (linear(name) for name in ("query", "key", "value"))
+    state[f"{p}q.weight"], state[f"{p}q.bias"] = q, qb.reshape(-1)
+    state[f"{p}kv.weight"] = np.concatenate([k, v])
+    state[f"{p}kv.bias"] = np.concatenate([kb.reshape(-1), vb.reshape(-1)])
+    for module, name in _ATTN_POOL_MODULES.items():
+        if module == "norm":
+            state[f"{p}norm.weight"] = params[f"{MAP_HEAD}{name}/scale"]
+            state[f"{p}norm.bias"] = params[f"{MAP_HEAD}{name}/bias"]
+            continue
+        kernel = np.asarray(params[f"{MAP_HEAD}{name}/kernel"])
+        kernel = kernel.reshape(-1, kernel.shape[-1])
+        state[f"{p}{module}.weight"] = kernel.T
+        state[f"{p}{module}.bias"] = params[f"{MAP_HEAD}{name}/bias"]
     return state
 
 
@@ -296,14 +489,31 @@ def timm_config(model):
         "num_heads": int(model.num_heads),
         "mlp_ratio": mlp_dim / hidden,
         "num_classes": num_classes,
-        "global_pool": "token" if token else "avg",
+        "global_pool": {"token": "token", "gap": "avg", "map": "map"}[model.classifier],
         "class_token": token,
         "fc_norm": bool(getattr(model, "fc_norm", False)),
-        "act_layer": "gelu_tanh" if getattr(model, "approximate_gelu", True) else "gelu",
+        "act_layer": (
+            "quick_gelu"
+            if getattr(model, "quick_gelu", False)
+            else ("gelu_tanh" if getattr(model, "approximate_gelu", True) else "gelu")
+        ),
     }
+    registers = int(getattr(model, "num_registers", 0))
+    if registers:  # timm's reg_tokens are always without position embeddings here
+        model_args["reg_tokens"] = registers
+    if registers or (token and not getattr(model, "position_embedding_for_class_token", True)):
+        model_args["no_embed_class"] = True
+    if getattr(model, "layer_scale_init", None) is not None:
+        model_args["init_values"] = float(model.layer_scale_init)
+    clip = float(model.layer_norm_epsilon) == CLIP_LAYER_NORM_EPSILON
+    model_args["pre_norm"] = bool(getattr(model, "pre_norm", False))
+    architecture = TIMM_NAMES.get(variant_name(arch), DEFAULT_NAME)
+    if clip:  # the architecture whose norm_layer has CLIP's epsilon
+        quick = getattr(model, "quick_gelu", False)
+        architecture = CLIP_QUICKGELU_ARCHITECTURE if quick else CLIP_ARCHITECTURE
     mean, std = mean_std(getattr(model, "preprocessing", None), int(model.channels))
     return {
-        "architecture": TIMM_NAMES.get(variant_name(arch), DEFAULT_NAME),
+        "architecture": architecture,
         "num_classes": num_classes,
         "num_features": hidden,
         "global_pool": model_args["global_pool"],
@@ -333,10 +543,16 @@ def _check_expressible(model):
             "pre_logits layer to write it to."
         )
     epsilon = float(getattr(model, "layer_norm_epsilon", LAYER_NORM_EPSILON))
-    if epsilon != TIMM_LAYER_NORM_EPSILON:
+    if epsilon not in (TIMM_LAYER_NORM_EPSILON, CLIP_LAYER_NORM_EPSILON):
         raise CheckpointError(
             f"{name}: layer_norm_epsilon={epsilon}: timm's ViT LayerNorms use "
-            f"{TIMM_LAYER_NORM_EPSILON}."
+            f"{TIMM_LAYER_NORM_EPSILON} (its CLIP towers {CLIP_LAYER_NORM_EPSILON})."
+        )
+    pre_norm = bool(getattr(model, "pre_norm", False))
+    if bool(getattr(model, "patch_embedding_bias", True)) == pre_norm:
+        raise CheckpointError(
+            f"{name}: patch_embedding_bias={not pre_norm} with pre_norm={pre_norm}: timm's "
+            "patch embedding has a bias exactly when its ViT has no pre-norm."
         )
     hidden, mlp_dim = int(model.hidden_size), int(model.mlp_dim)
     if int(hidden * (mlp_dim / hidden)) != mlp_dim:
@@ -380,9 +596,7 @@ def _check_keys(origin, state, model_args, config):
             if pattern.search(key):
                 refuse(origin, feature, f"key '{key}'")
     for arg, feature, refused in (
-        ("reg_tokens", "register tokens", lambda v: bool(v)),
-        ("init_values", "LayerScale", lambda v: v is not None),
-        ("pre_norm", "norm_pre", lambda v: bool(v)),
+        ("rope", "rotary position embeddings", lambda v: bool(v)),
         ("qk_norm", "qk_norm", lambda v: bool(v)),
         ("patch_drop_rate", "patch dropout", lambda v: bool(v)),
         ("final_norm", "no final LayerNorm", lambda v: v is False),
@@ -393,9 +607,6 @@ def _check_keys(origin, state, model_args, config):
     ):
         if arg in model_args and refused(model_args[arg]):
             refuse(origin, feature, f"config.json model_args {arg}={model_args[arg]!r}")
-    architecture = str((config or {}).get("architecture", ""))
-    if "quickgelu" in architecture:
-        refuse(origin, "quick_gelu", f"architecture {architecture!r}")
     if "pos_embed" not in state:
         refuse(origin, "no learned position embedding", "no 'pos_embed'")
     known = {f"{module}.{part}" for module in _TOP_MODULES for part in ("weight", "bias")}
@@ -411,6 +622,10 @@ def _check_keys(origin, state, model_args, config):
             and key.endswith((".weight", ".bias"))
         ):
             continue
+        if m and m.group(2) in _LAYER_SCALES:
+            continue
+        if key in _ATTN_POOL_KEYS:
+            continue
         unknown.append(key)
     if unknown:
         shown = ", ".join(unknown[:8]) + (
@@ -419,12 +634,31 @@ def _check_keys(origin, state, model_args, config):
         raise CheckpointError(
             f"{origin}: {len(unknown)} keys that timm's plain ViT does not have: {shown}."
         )
+    fc1, fc2 = state.get("blocks.0.mlp.fc1.weight"), state.get("blocks.0.mlp.fc2.weight")
+    if fc1 is not None and fc2 is not None and fc1.shape[0] != fc2.shape[1]:
+        refuse(  # timm's SwiGLUPacked: fc1 holds the gate and the value (DINOv2 giant)
+            origin,
+            "gated MLP",
+            f"'blocks.0.mlp.fc1.weight' {tuple(fc1.shape)} and 'blocks.0.mlp.fc2.weight' "
+            f"{tuple(fc2.shape)}",
+        )
     blocks = _num_blocks(state)
     for index in range(blocks):
         for module in _BLOCK_MODULES:
             if f"blocks.{index}.{module}.weight" not in state:
                 raise CheckpointError(f"{origin}: key 'blocks.{index}.{module}.weight' is missing.")
-    for module in ("patch_embed.proj", "norm", "fc_norm", "head", "pre_logits.fc"):
+    if "attn_pool.latent" in state:
+        if state["attn_pool.latent"].shape[1] != 1:
+            refuse(
+                origin,
+                "attention pooling",
+                f"'attn_pool.latent' of {state['attn_pool.latent'].shape[1]} latent tokens",
+            )
+        required = [k for k in _ATTN_POOL_KEYS if k.endswith(".weight") or k.endswith("latent")]
+        for key in required:
+            if key not in state:
+                raise CheckpointError(f"{origin}: key '{key}' is missing.")
+    for module in ("norm", "fc_norm", "head", "pre_logits.fc", "norm_pre"):
         has_weight, has_bias = f"{module}.weight" in state, f"{module}.bias" in state
         if has_weight != has_bias:
             missing = f"{module}.bias" if has_weight else f"{module}.weight"
@@ -436,13 +670,15 @@ def _num_blocks(state):
     return max(indices) + 1 if indices else 0
 
 
-def _global_pool(config, model_args, classifier, fc_norm):
+def _global_pool(config, model_args, has_cls, fc_norm, attention_pool):
     """timm's global_pool: config.json's, else what timm's defaults give the keys
-    (fc_norm defaults to global_pool == 'avg')."""
+    (fc_norm defaults to global_pool == 'avg'; attn_pool is global_pool 'map')."""
     for source in (model_args, config or {}):
         if source.get("global_pool") is not None:
             return source["global_pool"]
-    if classifier == "gap" or fc_norm:
+    if attention_pool:
+        return "map"
+    if not has_cls or fc_norm:
         return "avg"
     return "token"
 
@@ -475,7 +711,10 @@ def _no_embed_class(state, model_args):
     """Whether the position embeddings leave out the class token (timm's
     no_embed_class: DeiT III, newer big_vision ports): config.json's word, else
     one row per patch of config.json's img_size, else a square number of rows."""
-    if "cls_token" not in state:
+    prefix = int("cls_token" in state) + (
+        int(state["reg_token"].shape[1]) if "reg_token" in state else 0
+    )
+    if not prefix:
         return False
     if model_args.get("no_embed_class") is not None:
         return bool(model_args["no_embed_class"])
@@ -484,10 +723,10 @@ def _no_embed_class(state, model_args):
         kernel = state["patch_embed.proj.weight"]
         height, width = to_pair(model_args["img_size"], "img_size")
         return tokens == (height // kernel.shape[2]) * (width // kernel.shape[3])
-    return _is_square(tokens) and not _is_square(tokens - 1)
+    return _is_square(tokens) and not _is_square(tokens - prefix)
 
 
-def _grid(state, model_args, classifier, no_embed_class):
+def _grid(state, model_args, has_cls, no_embed_class):
     """(rows, cols) of the position embeddings and the (ph, pw) patch: from
     config.json's img_size where it says, else a square grid, else (None, patch)."""
     kernel = state["patch_embed.proj.weight"]
@@ -496,7 +735,7 @@ def _grid(state, model_args, classifier, no_embed_class):
         height, width = to_pair(model_args["img_size"], "img_size")
         return (height // patch[0], width // patch[1]), patch
     tokens = state["pos_embed"].shape[1]
-    if classifier == "token" and not no_embed_class:
+    if has_cls and not no_embed_class:
         tokens -= 1
     if not _is_square(tokens):
         return None, patch

@@ -30,9 +30,10 @@ form; 'gelu_new', 'gelu_pytorch_tanh', ...: the tanh form), `layer_norm_eps`
 import os
 import re
 
-from keras_vit.checkpoint import layout, state_dict, torch_layout
+from keras_vit.checkpoint import layout, state_dict, torch_layout, transformers_families
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.refused import refuse
+from keras_vit.families import FAMILY_DEFAULTS
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.position_embedding import TRANSFORMERS
 from keras_vit.preprocessing import PIXEL_MAX, mean_std
@@ -56,6 +57,7 @@ ACTIVATIONS = {
     "gelu_fast": True,
     "gelu_pytorch_tanh": True,
     "gelu_python_tanh": True,
+    "quick_gelu": False,  # quick_gelu=True (CLIP's)
 }
 # What save_transformers writes for approximate_gelu (torch's tanh GELU).
 WRITTEN_ACTIVATIONS = {False: "gelu", True: "gelu_pytorch_tanh"}
@@ -95,7 +97,14 @@ _UNUSED = ("embeddings.mask_token",)
 def is_transformers_state(keys):
     """Whether state dict keys are a transformers ViT's."""
     return any(
-        key.startswith(("embeddings.patch_embeddings.", "vit.embeddings.patch_embeddings."))
+        key.startswith(
+            (
+                "embeddings.patch_embeddings.",
+                "vit.embeddings.patch_embeddings.",
+                "dinov2.embeddings.patch_embeddings.",
+                "vision_model.embeddings.patch_embedding.",  # SigLIP's, CLIP's towers
+            )
+        )
         for key in keys
     )
 
@@ -125,6 +134,9 @@ def open_state(origin, state, config, arch=None):
         CheckpointError: another model_type, keys of another model (named),
             sizes that disagree with `arch` (named).
     """
+    if transformers_families.claims(config):  # DINOv2, SigLIP's and CLIP's towers
+        preprocessing = read_preprocessing(os.path.dirname(origin) or ".")
+        return transformers_families.open_state(origin, state, config, preprocessing)
     config = {**DEFAULTS, **config}
     model_type = config.get("model_type")
     if model_type != MODEL_TYPE:
@@ -136,7 +148,7 @@ def open_state(origin, state, config, arch=None):
         refuse(origin, "masked image modeling decoder", f"architectures {config['architectures']}")
     act = config["hidden_act"]
     if act not in ACTIVATIONS:
-        refuse(origin, "quick_gelu" if act == "quick_gelu" else "activation", f"hidden_act={act!r}")
+        refuse(origin, "activation", f"hidden_act={act!r}")
     if config["pooler_act"] != "tanh":
         refuse(origin, "pooler activation", f"pooler_act={config['pooler_act']!r}")
     state = _unprefixed(state)
@@ -164,6 +176,7 @@ def open_state(origin, state, config, arch=None):
         "approximate_gelu": ACTIVATIONS[act],
         "layer_norm_epsilon": float(config["layer_norm_eps"]),
         "fc_norm": False,
+        "quick_gelu": act == "quick_gelu",
         "preprocessing": read_preprocessing(os.path.dirname(origin) or "."),
         "posemb_resize": TRANSFORMERS,  # transformers' interpolate_pos_encoding
     }
@@ -338,6 +351,19 @@ def transformers_config(model):
         raise CheckpointError(
             f"{name}: a hybrid cannot be written as a transformers ViT (it has no ResNet)."
         )
+    for option in ("layer_scale_init", "num_registers", "pre_norm"):
+        if getattr(model, option, FAMILY_DEFAULTS[option]) != FAMILY_DEFAULTS[option]:
+            raise CheckpointError(
+                f"{name}: {option}={getattr(model, option)!r}: transformers' ViT has no such "
+                "layer (write it for timm: keras_vit.checkpoint.save_timm)."
+            )
+    if not getattr(model, "position_embedding_for_class_token", True) or not getattr(
+        model, "patch_embedding_bias", True
+    ):
+        raise CheckpointError(
+            f"{name}: transformers' ViT gives its class token a position embedding and its "
+            "patch embedding a bias (write it for timm: keras_vit.checkpoint.save_timm)."
+        )
     if model.classifier != "token":
         raise CheckpointError(
             f"{name}: classifier={model.classifier!r}: transformers' ViT pools the class "
@@ -361,7 +387,11 @@ def transformers_config(model):
         "num_hidden_layers": int(model.num_layers),
         "num_attention_heads": int(model.num_heads),
         "intermediate_size": int(model.mlp_dim),
-        "hidden_act": WRITTEN_ACTIVATIONS[bool(getattr(model, "approximate_gelu", True))],
+        "hidden_act": (
+            "quick_gelu"
+            if getattr(model, "quick_gelu", False)
+            else WRITTEN_ACTIVATIONS[bool(getattr(model, "approximate_gelu", True))]
+        ),
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
         "layer_norm_eps": float(getattr(model, "layer_norm_epsilon", 1e-6)),

@@ -124,6 +124,30 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             return output, weights
         return output
 
+    def attend(self, queries, x):
+        """Cross-attention with this layer's weights: the `queries` (batch, Q,
+        hidden) attend to the tokens `x` (batch, N, hidden); returns (batch, Q,
+        hidden). What big_vision's MAP head computes (`MultiHeadAttentionPooling`:
+        its probe attends to the encoder's tokens)."""
+        scale = 1.0 / math.sqrt(self.head_dim)
+        num_queries, tokens = ops.shape(queries)[1], ops.shape(x)[1]
+        query = self._project(
+            ops.reshape(queries, (-1, self.hidden_size)),
+            num_queries,
+            self.query_kernel,
+            self.query_bias,
+        )
+        rows = ops.reshape(x, (-1, self.hidden_size))
+        key = self._project(rows, tokens, self.key_kernel, self.key_bias)
+        value = self._project(rows, tokens, self.value_kernel, self.value_bias)
+        context = ops.dot_product_attention(query, key, value, scale=scale)
+        context = ops.reshape(context, (-1, self.hidden_size))
+        out_kernel = ops.reshape(
+            ops.cast(self.out_kernel, x.dtype), (self.hidden_size, self.hidden_size)
+        )
+        output = ops.matmul(context, out_kernel) + ops.cast(self.out_bias, x.dtype)
+        return ops.reshape(output, (-1, num_queries, self.hidden_size))
+
     def _fused_attention(self, query, key, value, scale):
         """(B, N, H, hd) q, k, v -> context (B, N, H, hd) via the fused op, with
         the token axis padded to `pad_tokens_to_multiple` where that is set and N

@@ -4,6 +4,7 @@ import keras
 
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
 from keras_vit.layers.position_embedding import PositionEmbedding
+from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.stochastic_depth import linear_rates
 
 
@@ -34,6 +35,17 @@ class Encoder(keras.layers.Layer):
         approximate_gelu: the MLPs' GELU: the tanh approximation (True, the
             official code's) or the exact erf form (False: timm's, transformers').
         final_norm: whether the encoder ends with its LayerNorm `encoder_norm`.
+        num_registers: register tokens (`RegisterTokens`, DINOv2 with
+            registers) inserted after the class token once the position
+            embedding is added; the output has them (`num_output_prefix_tokens`).
+        position_embedding_for_class_token: whether the class token gets a
+            position embedding (the original ViT, DINOv2) or only the patches
+            do (False: DeiT III, timm's no_embed_class).
+        pre_norm: a LayerNorm `encoder_prenorm` on the tokens before the first
+            block (CLIP's ln_pre).
+        layer_scale_init: LayerScale in every block, with this initial value;
+            None: none.
+        quick_gelu: the MLPs' activation is CLIP's x * sigmoid(1.702 x).
     """
 
     def __init__(
@@ -49,9 +61,19 @@ class Encoder(keras.layers.Layer):
         approximate_gelu=True,
         stochastic_depth_rate=0.0,
         final_norm=True,
+        num_registers=0,
+        position_embedding_for_class_token=True,
+        pre_norm=False,
+        layer_scale_init=None,
+        quick_gelu=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.num_registers = int(num_registers)
+        self.position_embedding_for_class_token = bool(position_embedding_for_class_token)
+        self.pre_norm = bool(pre_norm)
+        self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
+        self.quick_gelu = bool(quick_gelu)
         self.grid_size = tuple(int(g) for g in grid_size)
         self.num_layers = int(num_layers)
         self.num_heads = int(num_heads)
@@ -65,9 +87,28 @@ class Encoder(keras.layers.Layer):
         self.final_norm = bool(final_norm)
         policy = self.dtype_policy  # sub-layers compute as the encoder does
         self.position_embedding = PositionEmbedding(
-            self.grid_size, self.num_prefix_tokens, name="posembed_input", dtype=policy
+            self.grid_size,
+            self.num_prefix_tokens,
+            embed_prefix_tokens=self.position_embedding_for_class_token,
+            name="posembed_input",
+            dtype=policy,
+        )
+        # None where absent: the default encoder's layers and weights are as before.
+        self.registers = (
+            RegisterTokens(
+                self.num_registers, self.num_prefix_tokens, name="registers", dtype=policy
+            )
+            if self.num_registers
+            else None
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=policy)
+        self.encoder_prenorm = (
+            keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, name="encoder_prenorm", dtype=policy
+            )
+            if self.pre_norm
+            else None
+        )
         self.blocks = [
             EncoderBlock(
                 self.num_heads,
@@ -77,6 +118,8 @@ class Encoder(keras.layers.Layer):
                 layer_norm_epsilon=self.layer_norm_epsilon,
                 approximate_gelu=self.approximate_gelu,
                 stochastic_depth_rate=rate,
+                layer_scale_init=self.layer_scale_init,
+                quick_gelu=self.quick_gelu,
                 name=f"encoderblock_{i}",
                 dtype=policy,
             )
@@ -90,17 +133,38 @@ class Encoder(keras.layers.Layer):
             else None
         )
 
+    @property
+    def num_output_prefix_tokens(self):
+        """The tokens before the patches in the output: the class token and the
+        registers."""
+        return self.num_prefix_tokens + self.num_registers
+
     def build(self, input_shape):
         self.position_embedding.build(input_shape)
         tokens_shape = self.compute_output_shape(input_shape)
+        if self.registers is not None:
+            self.registers.build(self.position_embedding.compute_output_shape(input_shape))
+        if self.encoder_prenorm is not None:
+            self.encoder_prenorm.build(tokens_shape)
         for block in self.blocks:
             block.build(tokens_shape)
         if self.encoder_norm is not None:
             self.encoder_norm.build(tokens_shape)
 
-    def call(self, x, training=None, return_attention_weights=False, return_hidden_states=False):
+    def embedded(self, x, training=None):
+        """The first block's input: position embeddings added to the tokens (or
+        the (tokens, patch_map) pair), registers inserted, dropout, the pre-norm.
+        What `call` and the views (`keras_vit.views`) run before the blocks."""
         x = self.position_embedding(x)
+        if self.registers is not None:
+            x = self.registers(x)
         x = self.dropout(x, training=training)
+        if self.encoder_prenorm is not None:
+            x = self.encoder_prenorm(x)
+        return x
+
+    def call(self, x, training=None, return_attention_weights=False, return_hidden_states=False):
+        x = self.embedded(x, training=training)
         weights, hidden_states = [], [x]
         for block in self.blocks:
             if return_attention_weights:
@@ -116,7 +180,10 @@ class Encoder(keras.layers.Layer):
         """The tokens' shape, also from the shapes of a (tokens, patch_map) pair."""
         if isinstance(input_shape[0], (tuple, list)):
             input_shape = input_shape[0]
-        return tuple(input_shape)
+        batch, tokens, hidden = input_shape
+        if self.num_registers and tokens is not None:
+            tokens += self.num_registers
+        return (batch, tokens, hidden)
 
     def compute_output_spec(
         self, x, training=None, return_attention_weights=False, return_hidden_states=False
@@ -126,7 +193,7 @@ class Encoder(keras.layers.Layer):
         tokens = x[0] if isinstance(x, (tuple, list)) else x
         output = keras.KerasTensor(self.compute_output_shape(tokens.shape), self.compute_dtype)
         weights = [
-            block.compute_output_spec(tokens, return_attention_weights=True)[1]
+            block.compute_output_spec(output, return_attention_weights=True)[1]
             for block in self.blocks
         ]
         states = [
@@ -149,6 +216,11 @@ class Encoder(keras.layers.Layer):
                 "approximate_gelu": self.approximate_gelu,
                 "stochastic_depth_rate": self.stochastic_depth_rate,
                 "final_norm": self.final_norm,
+                "num_registers": self.num_registers,
+                "position_embedding_for_class_token": self.position_embedding_for_class_token,
+                "pre_norm": self.pre_norm,
+                "layer_scale_init": self.layer_scale_init,
+                "quick_gelu": self.quick_gelu,
             }
         )
         return config

@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.stochastic_depth import StochasticDepth
 
@@ -14,13 +15,17 @@ class EncoderBlock(keras.layers.Layer):
     """x = x + Drop(Dropout(MSA(LN(x)))); x = x + Drop(MLP(LN(x))).
 
     `Drop` is stochastic depth (`stochastic_depth_rate`, default 0: none): each
-    example's branch is dropped with that probability in training.
+    example's branch is dropped with that probability in training. With
+    `layer_scale_init` (a number) each branch is scaled per channel before it is
+    added (`LayerScale`, DeiT III, DINOv2): x = x + Drop(LS(MSA(LN(x)))), ...
+    `quick_gelu`: the MLP's activation is CLIP's x * sigmoid(1.702 x).
 
     Input shape: (batch, tokens, hidden). Output shape: the same; with
     `return_attention_weights=True` also the weights (batch, heads, tokens, tokens).
 
     Sub-layers: `LayerNorm_0`, `MultiHeadDotProductAttention_1`, `LayerNorm_2`,
-    `MlpBlock_3` (the names of the published checkpoints).
+    `MlpBlock_3` (the names of the published checkpoints); with LayerScale
+    `LayerScale_1` and `LayerScale_3` (after the attention and the MLP).
     """
 
     def __init__(
@@ -32,9 +37,13 @@ class EncoderBlock(keras.layers.Layer):
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         approximate_gelu=True,
         stochastic_depth_rate=0.0,
+        layer_scale_init=None,
+        quick_gelu=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
+        self.quick_gelu = bool(quick_gelu)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -61,13 +70,26 @@ class EncoderBlock(keras.layers.Layer):
             self.mlp_dim,
             dropout_rate=self.dropout_rate,
             approximate_gelu=self.approximate_gelu,
+            quick_gelu=self.quick_gelu,
             name="MlpBlock_3",
             dtype=policy,
+        )
+        # None without LayerScale: the default block's layers and weights are as before.
+        self.layer_scale_1, self.layer_scale_3 = (
+            (
+                LayerScale(self.layer_scale_init, name=f"LayerScale_{i}", dtype=policy)
+                for i in (1, 3)
+            )
+            if self.layer_scale_init is not None
+            else (None, None)
         )
 
     def build(self, input_shape):
         for layer in (self.norm_1, self.attention, self.norm_2, self.mlp):
             layer.build(input_shape)
+        for layer in (self.layer_scale_1, self.layer_scale_3):
+            if layer is not None:
+                layer.build(input_shape)
 
     def call(self, x, training=None, return_attention_weights=False):
         y = self.norm_1(x)
@@ -76,8 +98,14 @@ class EncoderBlock(keras.layers.Layer):
             if return_attention_weights
             else (self.attention(y, training=training), None)
         )
-        x = x + self.drop_path(self.dropout(y, training=training), training=training)
-        x = x + self.drop_path(self.mlp(self.norm_2(x), training=training), training=training)
+        y = self.dropout(y, training=training)
+        if self.layer_scale_1 is not None:
+            y = self.layer_scale_1(y)
+        x = x + self.drop_path(y, training=training)
+        y = self.mlp(self.norm_2(x), training=training)
+        if self.layer_scale_3 is not None:
+            y = self.layer_scale_3(y)
+        x = x + self.drop_path(y, training=training)
         if return_attention_weights:
             return x, weights
         return x
@@ -102,6 +130,8 @@ class EncoderBlock(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "approximate_gelu": self.approximate_gelu,
                 "stochastic_depth_rate": self.stochastic_depth_rate,
+                "layer_scale_init": self.layer_scale_init,
+                "quick_gelu": self.quick_gelu,
             }
         )
         return config

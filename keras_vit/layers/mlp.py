@@ -11,17 +11,22 @@ class MlpBlock(keras.layers.Layer):
 
     GELU is the tanh approximation by default, as `flax.linen.gelu` (the
     official code); `approximate_gelu=False` gives the exact erf form.
+    `quick_gelu=True` replaces it by OpenAI CLIP's x * sigmoid(1.702 x)
+    (`quick_gelu`; `approximate_gelu` is then not read).
     Kernels Xavier-uniform, biases normal(stddev=1e-6), as the official `MlpBlock`.
 
     Input shape: (..., hidden). Output shape: (..., hidden).
     Sub-layers `Dense_0` (hidden, mlp_dim) and `Dense_1` (mlp_dim, hidden).
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, approximate_gelu=True, **kwargs):
+    def __init__(
+        self, mlp_dim, dropout_rate=0.0, approximate_gelu=True, quick_gelu=False, **kwargs
+    ):
         super().__init__(**kwargs)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.approximate_gelu = bool(approximate_gelu)
+        self.quick_gelu = bool(quick_gelu)
         self.dense_0 = keras.layers.Dense(
             self.mlp_dim,
             kernel_initializer=initializers.xavier_uniform(),
@@ -53,7 +58,10 @@ class MlpBlock(keras.layers.Layer):
         shape = keras.ops.shape(x)
         x = keras.ops.reshape(x, (-1, shape[-1]))
         x = self.dense_0(x)
-        x = keras.activations.gelu(x, approximate=self.approximate_gelu)
+        if self.quick_gelu:
+            x = quick_gelu(x)
+        else:
+            x = keras.activations.gelu(x, approximate=self.approximate_gelu)
         x = self.dropout(x, training=training)
         x = self.dense_1(x)
         x = keras.ops.reshape(x, shape)
@@ -69,6 +77,14 @@ class MlpBlock(keras.layers.Layer):
                 "mlp_dim": self.mlp_dim,
                 "dropout_rate": self.dropout_rate,
                 "approximate_gelu": self.approximate_gelu,
+                "quick_gelu": self.quick_gelu,
             }
         )
         return config
+
+
+def quick_gelu(x):
+    """OpenAI CLIP's GELU approximation x * sigmoid(1.702 x) (`QuickGELU` in CLIP,
+    timm's act_layer='quick_gelu', transformers' hidden_act='quick_gelu')."""
+    x = keras.ops.convert_to_tensor(x)
+    return x * keras.ops.sigmoid(1.702 * x)

@@ -24,7 +24,8 @@ class PatchEmbedding(keras.layers.Layer):
     (it carries the grid of a size known only at call time).
 
     Weights: `kernel` (P, P, channels, hidden_size) (HWIO, the checkpoint's
-    layout), `bias` (hidden_size,).
+    layout), `bias` (hidden_size,); no bias with `use_bias=False` (CLIP's patch
+    embedding has none).
     """
 
     def __init__(
@@ -33,9 +34,11 @@ class PatchEmbedding(keras.layers.Layer):
         hidden_size,
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
+        use_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.use_bias = bool(use_bias)
         self.patch_size = to_pair(patch_size, "patch_size")
         self.hidden_size = int(hidden_size)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -48,8 +51,12 @@ class PatchEmbedding(keras.layers.Layer):
             shape=(*self.patch_size, channels, self.hidden_size),
             initializer=self.kernel_initializer,
         )
-        self.bias = self.add_weight(
-            name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
+        self.bias = (
+            self.add_weight(
+                name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
+            )
+            if self.use_bias
+            else None
         )
 
     def grid_size(self, image_size):
@@ -68,7 +75,8 @@ class PatchEmbedding(keras.layers.Layer):
         if height is not None and width is not None:  # static: checked as in `build`
             self.grid_size((height, width))
         x = ops.conv(images, self.kernel, strides=self.patch_size, padding="valid")
-        x = x + self.bias
+        if self.bias is not None:
+            x = x + self.bias
         shape = ops.shape(x)
         tokens = ops.reshape(x, (-1, shape[1] * shape[2], self.hidden_size))
         return (tokens, x) if return_map else tokens
@@ -98,6 +106,7 @@ class PatchEmbedding(keras.layers.Layer):
                 "hidden_size": self.hidden_size,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "use_bias": self.use_bias,
             }
         )
         return config

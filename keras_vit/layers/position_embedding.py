@@ -27,24 +27,43 @@ class PositionEmbedding(keras.layers.Layer):
     shape.
 
     Weight: `pos_embedding` (1, num_prefix_tokens + rows*cols, hidden),
-    initialised normal(stddev=0.02).
+    initialised normal(stddev=0.02); (1, rows*cols, hidden) with
+    `embed_prefix_tokens=False`.
 
     Args:
         grid_size: (rows, cols) of the patch grid the embedding covers.
         num_prefix_tokens: tokens before the grid (1 with a class token, else 0).
+        embed_prefix_tokens: whether the prefix tokens get an embedding too (the
+            original ViT's); False: the patches alone, the prefix passes
+            unchanged (DeiT III, timm's no_embed_class).
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=1, embeddings_initializer=None, **kwargs):
+    def __init__(
+        self,
+        grid_size,
+        num_prefix_tokens=1,
+        embeddings_initializer=None,
+        embed_prefix_tokens=True,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.grid_size = tuple(int(g) for g in grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
+        self.embed_prefix_tokens = bool(embed_prefix_tokens)
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or initializers.position_embedding()
         )
 
     @property
     def num_tokens(self):
+        """The tokens of the input sequence at the embedding's own grid."""
         return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+
+    @property
+    def num_embedded_prefix_tokens(self):
+        """The rows of the weight before the grid's: the prefix tokens that get an
+        embedding (all of them, or none with `embed_prefix_tokens=False`)."""
+        return self.num_prefix_tokens if self.embed_prefix_tokens else 0
 
     def build(self, input_shape):
         if _is_shape_pair(input_shape):  # (tokens, patch_map): any grid
@@ -55,9 +74,10 @@ class PositionEmbedding(keras.layers.Layer):
                 f"embedding covers {self.num_tokens} ({self.num_prefix_tokens} prefix + "
                 f"{self.grid_size[0]}x{self.grid_size[1]} grid)."
             )
+        rows = self.num_embedded_prefix_tokens + self.grid_size[0] * self.grid_size[1]
         self.pos_embedding = self.add_weight(
             name="pos_embedding",
-            shape=(1, self.num_tokens, input_shape[-1]),
+            shape=(1, rows, input_shape[-1]),
             initializer=self.embeddings_initializer,
         )
 
@@ -68,6 +88,10 @@ class PositionEmbedding(keras.layers.Layer):
             embedding = self.at_grid((shape[1], shape[2]))
         else:
             tokens, embedding = inputs, self.pos_embedding
+        if not self.embed_prefix_tokens and self.num_prefix_tokens:
+            prefix = self.num_prefix_tokens
+            patches = tokens[:, prefix:] + ops.cast(embedding, tokens.dtype)
+            return ops.concatenate([tokens[:, :prefix], patches], axis=1)
         return tokens + ops.cast(embedding, tokens.dtype)
 
     def compute_output_shape(self, input_shape):
@@ -99,8 +123,8 @@ class PositionEmbedding(keras.layers.Layer):
         ):
             return ops.convert_to_tensor(self.pos_embedding)
         table = ops.convert_to_tensor(self.pos_embedding)
-        prefix = table[:, : self.num_prefix_tokens]
-        grid = ops.reshape(table[0, self.num_prefix_tokens :], (*self.grid_size, -1))
+        prefix = table[:, : self.num_embedded_prefix_tokens]
+        grid = ops.reshape(table[0, self.num_embedded_prefix_tokens :], (*self.grid_size, -1))
         grid = _resize_axis(grid, rows, axis=0)
         grid = _resize_axis(grid, cols, axis=1)
         grid = ops.reshape(grid, (1, -1, ops.shape(table)[-1]))
@@ -112,7 +136,7 @@ class PositionEmbedding(keras.layers.Layer):
             keras.ops.convert_to_numpy(self.pos_embedding),
             self.grid_size,
             tuple(grid_size),
-            self.num_prefix_tokens,
+            self.num_embedded_prefix_tokens,
         )
 
     def get_config(self):
@@ -121,6 +145,7 @@ class PositionEmbedding(keras.layers.Layer):
             {
                 "grid_size": self.grid_size,
                 "num_prefix_tokens": self.num_prefix_tokens,
+                "embed_prefix_tokens": self.embed_prefix_tokens,
                 "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
             }
         )
