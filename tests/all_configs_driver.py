@@ -158,8 +158,24 @@ VALUE_KEYS = (
 )
 # VisionTransformer arguments (as the model resolves them) that are the path; every other
 # argument (sizes, names, dtype, image size, classes, normalisation constants) is a value.
-MODEL_CHOICES = ("classifier", "include_top", "pooling", "approximate_gelu", "fc_norm")
-MODEL_SWITCHES = ("representation_size", "dropout_rate", "attention_dropout_rate")
+MODEL_CHOICES = (
+    "classifier",
+    "include_top",
+    "pooling",
+    "approximate_gelu",
+    "fc_norm",
+    "position_embedding_for_class_token",
+    "pre_norm",
+    "quick_gelu",
+    "patch_embedding_bias",
+)
+MODEL_SWITCHES = (
+    "representation_size",
+    "dropout_rate",
+    "attention_dropout_rate",
+    "layer_scale_init",
+    "num_registers",
+)
 MODEL_VALUES = (
     "image_size",
     "channels",
