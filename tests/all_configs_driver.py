@@ -28,6 +28,8 @@ import traceback
 
 import keras_vit_configs
 
+from keras_vit import families
+
 # The fine-tuning recipes (trainers/finetune.py); every other config pre-trains.
 FINETUNE = ("cifar10", "cifar100", "flowers", "pets", "vtab1k", "finetune_imagenet384")
 # vtab1k through its `configs/vtab1k.py:TASK` form, for one task.
@@ -158,17 +160,7 @@ VALUE_KEYS = (
 )
 # VisionTransformer arguments (as the model resolves them) that are the path; every other
 # argument (sizes, names, dtype, image size, classes, normalisation constants) is a value.
-MODEL_CHOICES = (
-    "classifier",
-    "include_top",
-    "pooling",
-    "approximate_gelu",
-    "fc_norm",
-    "position_embedding_for_class_token",
-    "pre_norm",
-    "quick_gelu",
-    "patch_embedding_bias",
-)
+MODEL_CHOICES = ("classifier", "include_top", "pooling", *families.BOOLEAN_OPTIONS)
 MODEL_SWITCHES = (
     "representation_size",
     "dropout_rate",

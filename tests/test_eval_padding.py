@@ -16,7 +16,8 @@ pytestmark = pytest.mark.skipif(
 N_TEST, BATCH = 37, 16  # the last batch: 5 examples and 11 rows of padding
 
 
-def test_padding_rows_count_in_no_metric(tmp_path):
+def _tiny_run(tmp_path):
+    """(data dir with a test split of N_TEST, the config, objective, tiny model, spec)."""
     import tensorflow as tf
 
     data = str(tmp_path / "data")
@@ -29,6 +30,11 @@ def test_padding_rows_count_in_no_metric(tmp_path):
     plan = train_lib.Plan(BATCH, 1, 1, 1000, 1000, 0, str(tmp_path / "checkpoints"))
     model = train_lib.build(config, tf.distribute.get_strategy(), objective, 4, plan, None, False)
     spec = InputSpec.from_config(config, 4, False, objective)  # one-hot labels (batch_fn)
+    return data, config, objective, model, spec
+
+
+def test_padding_rows_count_in_no_metric(tmp_path):
+    data, config, objective, model, spec = _tiny_run(tmp_path)
     padded = input_pipeline.eval_dataset(data, spec, batch_size=BATCH, split="test")
     results = model.evaluate(padded, return_dict=True, verbose=0)
     whole = input_pipeline.eval_dataset(data, spec, batch_size=N_TEST, split="test")
@@ -47,17 +53,8 @@ def test_the_evaluators_history_has_the_per_example_loss(tmp_path):
     import tensorflow as tf
     from keras_vit_trainers import evaluators
 
-    data = str(tmp_path / "data")
-    testing.make_tiny_data(data, n_train=16, n_test=N_TEST, per_shard=64)
-    overrides = {f"model.{k}": v for k, v in testing.TINY_MODEL.items()}
-    config = train_config.resolve(
-        fashion_mnist.get_config(), "pretrain", {"evals": {}, **overrides}
-    )
-    objective = objectives.get("classification")
-    plan = train_lib.Plan(BATCH, 1, 1, 1000, 1000, 0, str(tmp_path / "checkpoints"))
+    data, _, objective, model, spec = _tiny_run(tmp_path)
     strategy = tf.distribute.get_strategy()
-    model = train_lib.build(config, strategy, objective, 4, plan, None, False)
-    spec = InputSpec.from_config(config, 4, False, objective)
     losses = {}
     for batch in (BATCH, N_TEST):  # padded (11 rows of weight 0), then one whole batch
         context = evaluators.Context(data, spec, objective, strategy, batch)

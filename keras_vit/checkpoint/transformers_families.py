@@ -231,21 +231,30 @@ def _dinov2_params(state):
     }
     if "embeddings.register_tokens" in state:
         params["Transformer/registers"] = take("embeddings.register_tokens")
-    for index in _layer_indices(state, re.compile(r"^encoder\.layer\.(\d+)\.")):
-        prefix = f"encoder.layer.{index}."
-        params["parts"][index] = {
-            role: (
-                take(f"{prefix}{module}.weight"),
-                _optional(state, f"{prefix}{module}.bias", left),
-            )
-            for module, role in _DINOV2_LAYER.items()
-        }
+    for index, prefix in _layers(state, "encoder.layer", _DINOV2_LAYER, params, take, left):
         for module, name in _LAYER_SCALES.items():
             params[f"{torch_layout.block_prefix(index)}{name}/scale"] = take(prefix + module)
     params["Transformer/encoder_norm/scale"] = take("layernorm.weight")
     params["Transformer/encoder_norm/bias"] = take("layernorm.bias")
     _no_more(left)
     return params
+
+
+def _layers(state, stem, modules, params, take, left):
+    """Fills params["parts"][i] for each block `stem`.i of `state`: {role: (weight, bias
+    or None)} of the block's `modules` ({module name: role}); returns [(i, its prefix)]."""
+    blocks = []
+    for index in _layer_indices(state, re.compile(rf"^{re.escape(stem)}\.(\d+)\.")):
+        prefix = f"{stem}.{index}."
+        params["parts"][index] = {
+            role: (
+                take(f"{prefix}{module}.weight"),
+                _optional(state, f"{prefix}{module}.bias", left),
+            )
+            for module, role in modules.items()
+        }
+        blocks.append((index, prefix))
+    return blocks
 
 
 def _tower_params(state, model_type):
@@ -266,15 +275,7 @@ def _tower_params(state, model_type):
         params["cls"] = take("embeddings.class_embedding").reshape(1, 1, -1)
         params["Transformer/encoder_prenorm/scale"] = take("pre_layrnorm.weight")
         params["Transformer/encoder_prenorm/bias"] = take("pre_layrnorm.bias")
-    for index in _layer_indices(state, re.compile(r"^encoder\.layers\.(\d+)\.")):
-        prefix = f"encoder.layers.{index}."
-        params["parts"][index] = {
-            role: (
-                take(f"{prefix}{module}.weight"),
-                _optional(state, f"{prefix}{module}.bias", left),
-            )
-            for module, role in _TOWER_LAYER.items()
-        }
+    _layers(state, "encoder.layers", _TOWER_LAYER, params, take, left)
     final = "fc_norm" if model_type == CLIP else "Transformer/encoder_norm"
     params[f"{final}/scale"] = take("post_layernorm.weight")
     params[f"{final}/bias"] = take("post_layernorm.bias")
