@@ -42,6 +42,7 @@ LONG_MODULES = (
     "test_console",
     "test_layer_conformance",
     "test_train_resume",
+    "test_train_datasets",
     "test_dynamic_resolution",
 )
 
@@ -62,6 +63,7 @@ SLOW_MODULES = (
     "test_train_fewshot",
     "test_train_resume",
     "test_train_strategies",
+    "test_train_datasets",
     "test_walkthrough",
 )
 SLOW_TESTS = {

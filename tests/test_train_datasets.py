@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 
 STEPS = [
     "--strategy=default",
-    "--config.total_steps=40",
+    "--config.total_steps=20",
     "--config.checkpoint_every=10",
     "--config.warmup_steps=5",
     "--config.input.shuffle_buffer=32",
@@ -60,10 +60,8 @@ def test_tfds_by_name_trains_validates_on_a_slice_resumes_exactly_and_exports_it
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert f"data: tfds:{TFDS_NAME}" in ref.stderr
     metrics = json.loads(open(os.path.join(ref_dir, "metrics.json")).read())
-    assert metrics["step"] == 40 and 0 <= metrics["validation_accuracy"] <= 1
-    assert set(metrics["evals"]["validation"]["history"]) == {"10", "20", "30", "40"} or set(
-        metrics["evals"]["validation"]["history"]
-    ) == {10, 20, 30, 40}
+    assert metrics["step"] == 20 and 0 <= metrics["validation_accuracy"] <= 1
+    assert {int(step) for step in metrics["evals"]["validation"]["history"]} == {10, 20}
     with open(os.path.join(ref_dir, "class_names.json")) as f:
         assert json.load(f) == {"class_names": TFDS_CLASSES}
 
