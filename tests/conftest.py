@@ -64,6 +64,7 @@ SLOW_MODULES = (
     "test_train_resume",
     "test_train_strategies",
     "test_train_datasets",
+    "test_train_tpu_shaped",
     "test_walkthrough",
 )
 SLOW_TESTS = {
