@@ -372,6 +372,12 @@ class UserError(Exception):
         super().__init__(message)
         self.code = code
 
+    @classmethod
+    def of(cls, error, code=None):
+        """`error` (a ValueError or OSError a program caught around what the user gave)
+        as a UserError: its one line, and its exit code (`user_error`, else USAGE)."""
+        return cls(error_line(error), code or user_error(error) or USAGE)
+
 
 def show_tracebacks():
     """Whether $KERAS_VIT_TRACEBACK asks for the traceback of a user's mistake too."""

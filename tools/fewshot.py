@@ -25,7 +25,7 @@ from keras_vit_cli import console
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported
 
-from absl import app, flags
+from absl import flags
 from keras_vit_configs import common
 from keras_vit_tools import inspect_io
 
@@ -100,7 +100,7 @@ def main(argv):
             max_test_examples=FLAGS.max_test_examples,
         )
     except (ValueError, FileNotFoundError) as e:
-        raise app.UsageError(str(e)) from e
+        raise console.UserError.of(e) from e
     from keras_vit import fewshot
 
     images = " + ".join(f"{n} {split}" for split, n in info["examples_extracted"].items())

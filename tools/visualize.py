@@ -110,7 +110,7 @@ def main(argv):
             FLAGS.images, FLAGS.data_dir, FLAGS.split, model.image_size, count, model.channels
         )
     except (ValueError, FileNotFoundError) as e:
-        raise app.UsageError(str(e)) from e
+        raise console.UserError.of(e) from e
     written, _ = write_figures(
         model,
         images,
