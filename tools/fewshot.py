@@ -85,6 +85,9 @@ def main(argv):
         model = inspect_io.load_model_from_flags()
         if not FLAGS.data_dir:
             raise ValueError("--data_dir=DATA is required")
+        test_split = inspect_io.data_split(
+            FLAGS.data_dir, FLAGS.test_split, "--test_split", FLAGS["test_split"].present
+        )
         shots = [int(k) for k in FLAGS.shots]
         results, info = run(
             model,
@@ -95,7 +98,7 @@ def main(argv):
             l2=FLAGS.l2,
             representation=FLAGS.representation,
             train_split=FLAGS.train_split,
-            test_split=FLAGS.test_split,
+            test_split=test_split,
             max_train_examples=FLAGS.max_train_examples,
             max_test_examples=FLAGS.max_test_examples,
         )
