@@ -121,6 +121,22 @@ def _remover(model_dir):
     return remove
 
 
+INIT_FILES = (".npz", ".h5", ".keras", ".safetensors")
+
+
+def _check_init(init):
+    """A local --init path (a file name or a folder) that is not there exits with code 2
+    before anything is made (a registry name or a URL is checked when it is loaded)."""
+    if not init or "://" in init or os.path.exists(init):
+        return
+    if os.sep in init or init.endswith(INIT_FILES):
+        _fail(
+            f"--init={init}: no such file or directory (give an official .npz, a keras_vit "
+            "registry name, a .weights.h5/.keras file or a pretrain.py RUN directory)",
+            2,
+        )
+
+
 def _warn_replicas(replicas):
     cores = os.cpu_count() or 1
     if replicas > cores:
@@ -159,6 +175,7 @@ def main(mode):
             config_checks.check_values(config)  # before anything is made or written
         except (ValueError, TypeError, KeyError) as e:
             _fail(e, 2)
+        _check_init(FLAGS.init)
         _warn_replicas(FLAGS.cpu_replicas)
         cleanup = _remover(FLAGS.model_dir)
         try:
