@@ -155,7 +155,7 @@ def main(argv):
     except (ValueError, OSError) as e:  # DataError included; a failed download
         if made and os.path.isdir(FLAGS.output_dir):
             shutil.rmtree(FLAGS.output_dir, ignore_errors=True)
-        raise console.UserError.of(e) from e
+        console.fail(console.error_line(e), console.user_error(e) or console.USAGE)
     if FLAGS.num_tasks > 1:
         print(
             f"Wrote task {FLAGS.task_index} of {FLAGS.num_tasks} to {FLAGS.output_dir} "
