@@ -339,13 +339,129 @@ def start_program(module_name, keras_backend=None):
         os.environ["KERAS_BACKEND"] = keras_backend
 
 
-def run_app(main):
+# --- a user's mistake: one line --------------------------------------------------------
+
+TRACEBACK_ENV = "KERAS_VIT_TRACEBACK"
+USAGE, RUNTIME = 2, 1  # exit codes: a flag or config value; a failure while running
+# The exceptions that are a user's mistake, not a bug: (module, class, exit code), the
+# first that matches wins. Only classes whose module is already imported are looked up
+# (an exception of a class never imported cannot be raised), so that this list
+# imports nothing.
+USER_ERRORS = (
+    ("keras_vit_trainers.config_checks", "ConfigError", USAGE),
+    ("keras_vit_trainers.train_lib", "PlanError", USAGE),
+    ("keras_vit_trainers.strategy", "NoTPUError", USAGE),
+    ("keras_vit.compilation", "JitCompileError", USAGE),
+    ("keras_vit_deploy.sources", "SourceError", USAGE),
+    ("keras_vit_deploy.preprocessing", "ChannelError", USAGE),
+    ("keras_vit_data.records", "DataError", USAGE),
+    ("keras_vit.checkpoint.errors", "CheckpointError", USAGE),
+    ("keras_vit.run_directory", "RunDirectoryError", USAGE),
+    ("keras_vit.checkpoint.download", "DownloadError", RUNTIME),
+    ("keras_vit_deploy.rest", "RequestError", RUNTIME),
+    ("keras_vit_deploy.onnx_packages", "ExportError", RUNTIME),
+    ("keras_vit_deploy.tflite", "ConversionError", RUNTIME),
+)
+
+
+class UserError(Exception):
+    """A mistake a program found itself: `message` is the one line ('<what> (<the fix>)'),
+    `code` the exit code (USAGE or RUNTIME)."""
+
+    def __init__(self, message, code=USAGE):
+        super().__init__(message)
+        self.code = code
+
+    @classmethod
+    def of(cls, error, code=None):
+        """`error` (a ValueError or OSError a program caught around what the user gave)
+        as a UserError: its one line, and its exit code (`user_error`, else USAGE)."""
+        return cls(error_line(error), code or user_error(error) or USAGE)
+
+
+def show_tracebacks():
+    """Whether $KERAS_VIT_TRACEBACK asks for the traceback of a user's mistake too."""
+    return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def user_error(error):
+    """The exit code of `error` when it is a user's mistake (USER_ERRORS, UserError, a
+    FileNotFoundError or other OSError naming a file, an unreachable host), else None
+    (a bug: its traceback shows)."""
+    if isinstance(error, UserError):
+        return error.code
+    for module, name, code in USER_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(error, cls):
+            return code
+    if isinstance(error, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+        return USAGE
+    if isinstance(error, (PermissionError, ConnectionError, TimeoutError)):
+        return RUNTIME
+    import urllib.error
+
+    if isinstance(error, urllib.error.URLError):
+        return RUNTIME
+    return None
+
+
+def error_line(error):
+    """The one line a user's mistake prints (without 'error: '): the message's last
+    non-empty line where it has several (a download's cause comes last), the path an
+    OSError names where its message leaves it out."""
+    if isinstance(error, OSError) and error.filename and str(error.filename) not in str(error):
+        message = f"{error.filename}: {error.strerror or error}"
+    elif isinstance(error, OSError) and error.filename and error.strerror:
+        message = f"{error.filename}: {error.strerror}"
+    else:
+        message = str(error)
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return lines[0] if len(lines) == 1 else " ".join(lines)
+
+
+def fail(message, code=USAGE):
+    """Exits with `code` after one line on stderr: 'error: <message>'."""
+    sys.stdout.flush()
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def exit_on_user_error(error, cleanup=None):
+    """For an `except BaseException` clause of a program's main: a user's mistake ends in
+    its one line and exit code (after `cleanup()`, which removes what a failed start
+    wrote); anything else (a bug) returns for the caller to re-raise. With
+    $KERAS_VIT_TRACEBACK set, the traceback shows too."""
+    code = user_error(error)
+    if code is None:
+        return
+    if cleanup is not None:
+        cleanup()
+    if show_tracebacks():
+        import traceback
+
+        traceback.print_exception(error, file=sys.stderr)
+    fail(error_line(error), code)
+
+
+def run_app(main, flags_parser=None):
     """`absl.app.run(main)` with `setup()` again once the flags are parsed (absl raises
-    its own verbosity to INFO while parsing them)."""
+    its own verbosity to INFO while parsing them), and a user's mistake (`user_error`)
+    ended in one line 'error: ...': exit code 2 for a flag or config value, 1 for a
+    failure while running (a download, a server). absl's usage text shows for
+    `app.UsageError` alone; a bug keeps its traceback."""
     from absl import app
 
     def _main(argv):
         setup()
-        return main(argv)
+        try:
+            return main(argv)
+        except (app.UsageError, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            exit_on_user_error(e)
+            raise
 
-    app.run(_main)
+    kwargs = {"flags_parser": flags_parser} if flags_parser else {}
+    app.run(_main, **kwargs)

@@ -41,6 +41,14 @@ def _opt(args, name, default):
     return default
 
 
+def _step(cmd, **kwargs):
+    """Runs one of the demo's programs; where it fails (its own one line printed), the
+    demo exits with its code."""
+    code = subprocess.run(cmd, check=False, **kwargs).returncode
+    if code:
+        sys.exit(code)
+
+
 def main(argv):
     args = list(argv)
     if "-h" in args or "--help" in args or "-help" in args:
@@ -48,6 +56,11 @@ def main(argv):
         return None
     config = _opt(args, "config", os.path.join(ROOT, DEMO_CONFIG))
     data_dir = _opt(args, "data_dir", commands.DEMO_DATA_DIR)
+    if not os.path.isfile(config):  # before any data is written
+        console.fail(
+            f"--config={config}: no such file (give a config file, e.g. --config={DEMO_CONFIG})",
+            console.USAGE,
+        )
     # One run directory per config, so that a run of another model is never resumed.
     run_name = os.path.splitext(os.path.basename(config))[0]
     model_dir = _opt(args, "model_dir", os.path.join(ROOT, "runs", run_name))
@@ -71,7 +84,7 @@ def main(argv):
             flush=True,
         )
     print("demo: " + " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, env=env)
+    _step(cmd, env=env)
     metrics_path = os.path.join(model_dir, "metrics.json")
     with open(metrics_path) as f:
         metrics = json.load(f)
@@ -100,12 +113,7 @@ def main(argv):
         ),
     ):
         print(f"demo: {tool} {' '.join(flags)}", flush=True)
-        subprocess.run(
-            commands.tool_command(tool, *flags),
-            check=True,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
+        _step(commands.tool_command(tool, *flags), env=env, stdout=subprocess.DEVNULL)
     with open(report_path) as f:
         report = json.load(f)
     print(

@@ -25,7 +25,7 @@ from keras_vit_cli import console
 
 console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow is imported
 
-from absl import app, flags
+from absl import flags
 from keras_vit_deploy import datasets, onnx_export, onnx_file, onnx_runtime, preprocessing, serving
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib
@@ -50,7 +50,7 @@ def main(argv):
     try:
         require_packages()
     except ExportError as e:
-        raise SystemExit(f"error: {e}") from e
+        raise console.UserError.of(e, console.RUNTIME) from e
     try:
         model = deploy_flags.model_from_flags()
         spec = serving.model_outputs(model, "the ONNX file")
@@ -62,13 +62,13 @@ def main(argv):
             where = f"--eval_data={FLAGS.eval_data}" if FLAGS.eval_data else "Fashion-MNIST"
             evaluation = preprocessing.match_channels(pixels, spec.channels, where), labels
     except (ValueError, OSError) as e:  # bad flags or data, unknown variant, missing files
-        raise app.UsageError(str(e)) from e
+        raise console.UserError.of(e) from e
     try:
         exported = onnx_export.export_keras_model(
             model, FLAGS.output, FLAGS.precision, FLAGS.dynamic_batch, FLAGS.opset
         )
     except ExportError as e:
-        raise SystemExit(f"error: {e}") from e
+        raise console.UserError.of(e, console.RUNTIME) from e
     counts = onnx_file.operator_counts(FLAGS.output)
     batch = exported["input"]["shape"][0] or "dynamic"
     print(

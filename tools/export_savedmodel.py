@@ -15,12 +15,11 @@ declares more than --max_pixels pixels, before decoding it; the limit is printed
 written to the SavedModel's metadata (deploy/serving.py, `read_metadata`).
 """
 
-
 from keras_vit_cli import console
 
 console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow is imported
 
-from absl import app, flags
+from absl import flags
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_data import image_header
 from keras_vit_deploy import serving, sources
@@ -80,7 +79,7 @@ def main(argv):
             else _stated_class_names(outputs)
         )
     except (ValueError, OSError) as e:  # bad flags, unknown variant, missing files
-        raise app.UsageError(str(e)) from e
+        raise console.UserError.of(e) from e
     signatures = serving.export_saved_model(
         model, FLAGS.output, names, FLAGS.top_k, FLAGS.max_pixels
     )

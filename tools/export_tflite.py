@@ -25,7 +25,7 @@ from keras_vit_cli import console
 
 console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow is imported
 
-from absl import app, flags
+from absl import flags
 from keras_vit_deploy import datasets, preprocessing, serving, tflite, tflite_runtime
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib
@@ -90,7 +90,7 @@ def main(argv):
             where = f"--eval_data={FLAGS.eval_data}" if FLAGS.eval_data else "Fashion-MNIST"
             evaluation = preprocessing.match_channels(pixels, channels, where), labels
     except (ValueError, OSError) as e:  # bad flags or data, unknown variant, missing files
-        raise app.UsageError(str(e)) from e
+        raise console.UserError.of(e) from e
     if model is not None:
         content = tflite.convert_keras_model(model, FLAGS.quantization, calibration)
     else:

@@ -25,7 +25,7 @@ from keras_vit_cli import console
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported
 
-from absl import app, flags
+from absl import flags
 from keras_vit_configs import common
 from keras_vit_tools import inspect_io
 
@@ -85,6 +85,9 @@ def main(argv):
         model = inspect_io.load_model_from_flags()
         if not FLAGS.data_dir:
             raise ValueError("--data_dir=DATA is required")
+        test_split = inspect_io.data_split(
+            FLAGS.data_dir, FLAGS.test_split, "--test_split", FLAGS["test_split"].present
+        )
         shots = [int(k) for k in FLAGS.shots]
         results, info = run(
             model,
@@ -95,12 +98,12 @@ def main(argv):
             l2=FLAGS.l2,
             representation=FLAGS.representation,
             train_split=FLAGS.train_split,
-            test_split=FLAGS.test_split,
+            test_split=test_split,
             max_train_examples=FLAGS.max_train_examples,
             max_test_examples=FLAGS.max_test_examples,
         )
     except (ValueError, FileNotFoundError) as e:
-        raise app.UsageError(str(e)) from e
+        raise console.UserError.of(e) from e
     from keras_vit import fewshot
 
     images = " + ".join(f"{n} {split}" for split, n in info["examples_extracted"].items())

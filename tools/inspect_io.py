@@ -69,6 +69,40 @@ def load_images(pattern, image_size, limit, channels=3):
     return np.asarray(keras_vit.preprocess_input(pixels)), labels
 
 
+# The evaluation splits a data directory may have, in the order they are taken.
+EVAL_SPLITS = ("test", "validation")
+
+
+def data_split(data_dir, split, flag, given):
+    """The split of `data_dir` (a tools/make_tfrecords.py directory) to read: `split` where
+    the user gave `flag` (`given`) or the data has it; else the data's first EVAL_SPLITS
+    split, said in one line. FileNotFoundError naming the splits the data has where it
+    has none of them."""
+    import logging
+
+    import tensorflow as tf
+    from keras_vit_data import records
+
+    def shards(name):
+        return tf.io.gfile.glob(os.path.join(data_dir, f"{name}-*{records.SHARD_SUFFIX}"))
+
+    if given or shards(split):
+        return split
+    if not tf.io.gfile.isdir(data_dir):
+        raise FileNotFoundError(f"--data_dir={data_dir}: no such directory")
+    for name in EVAL_SPLITS:
+        if shards(name):
+            logging.getLogger("tools").info(
+                "--data_dir=%s has no %s split: using its %s split", data_dir, split, name
+            )
+            return name
+    have = ", ".join(sorted({os.path.basename(p).split("-")[0] for p in shards("*")})) or "none"
+    raise FileNotFoundError(
+        f"--data_dir={data_dir}: no {' or '.join(EVAL_SPLITS)} split (it has {have}; "
+        f"give {flag}=NAME)"
+    )
+
+
 def images_for_figures(pattern, data_dir, split, image_size, limit, channels=3):
     """--images if given, else the first `limit` images of --data_dir's split."""
     if not pattern:

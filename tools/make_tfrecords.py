@@ -37,7 +37,8 @@ images of its slice of the split that pass the checks, so when no image is skipp
 the files are those of one run; with skipped images its shards are shorter instead.
 """
 
-import sys
+import os
+import shutil
 
 from absl import app, flags
 from keras_vit_cli import console
@@ -124,6 +125,8 @@ def main(argv):
         raise app.UsageError(
             f"--task_index={FLAGS.task_index}: expected < --num_tasks={FLAGS.num_tasks}"
         )
+    # A failed single-task write removes the folder it made (never one that was there).
+    made = not FLAGS.merge and FLAGS.num_tasks == 1 and not os.path.exists(FLAGS.output_dir)
     try:
         if FLAGS.merge:
             manifest = writer.merge_tasks(FLAGS.output_dir, FLAGS.num_tasks)
@@ -149,9 +152,10 @@ def main(argv):
             holdout=FLAGS.holdout,
             seed=FLAGS.seed,
         )
-    except (ValueError, FileNotFoundError) as e:  # DataError included
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    except (ValueError, OSError) as e:  # DataError included; a failed download
+        if made and os.path.isdir(FLAGS.output_dir):
+            shutil.rmtree(FLAGS.output_dir, ignore_errors=True)
+        console.fail(console.error_line(e), console.user_error(e) or console.USAGE)
     if FLAGS.num_tasks > 1:
         print(
             f"Wrote task {FLAGS.task_index} of {FLAGS.num_tasks} to {FLAGS.output_dir} "

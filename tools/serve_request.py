@@ -139,7 +139,7 @@ def main(argv):
     try:
         body = request_body(paths, FLAGS.signature, FLAGS.columnar)
     except (ValueError, OSError) as e:  # unknown signature, unreadable or odd files
-        raise app.UsageError(str(e)) from e
+        raise console.UserError.of(e) from e
     if FLAGS.request:
         with open(FLAGS.request, "w") as f:
             json.dump(body, f)
@@ -148,9 +148,11 @@ def main(argv):
     try:
         outputs = send(FLAGS.url, body, FLAGS.timeout)
     except ValueError as e:  # the server's error answer, or an answer that is not JSON
-        raise SystemExit(f"error: {e}") from e
+        raise console.UserError(console.error_line(e), console.RUNTIME) from e
     except OSError as e:
-        raise SystemExit(f"error: cannot reach {FLAGS.url}: {e}") from e
+        raise console.UserError(
+            f"cannot reach {FLAGS.url}: {console.error_line(e)}", console.RUNTIME
+        ) from e
     print("\n".join(summary_lines(paths, outputs)))
 
 

@@ -106,11 +106,14 @@ def main(argv):
     try:
         model = inspect_io.load_model_from_flags()
         count = max(FLAGS.num_images, FLAGS.distance_images)
+        split = FLAGS.split
+        if not FLAGS.images and FLAGS.data_dir:
+            split = inspect_io.data_split(FLAGS.data_dir, split, "--split", FLAGS["split"].present)
         images, labels = inspect_io.images_for_figures(
-            FLAGS.images, FLAGS.data_dir, FLAGS.split, model.image_size, count, model.channels
+            FLAGS.images, FLAGS.data_dir, split, model.image_size, count, model.channels
         )
     except (ValueError, FileNotFoundError) as e:
-        raise app.UsageError(str(e)) from e
+        raise console.UserError.of(e) from e
     written, _ = write_figures(
         model,
         images,

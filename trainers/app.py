@@ -1,6 +1,7 @@
 """Command line shared by trainers/pretrain.py and trainers/finetune.py."""
 
-import sys
+import logging
+import os
 
 from absl import app, flags
 from keras_vit_cli import console
@@ -35,10 +36,11 @@ flags.DEFINE_integer(
 )
 
 
-def _fail(message, code):
-    """Exits with `code` after one line on stderr: 'error: <message>'."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(code)
+log = logging.getLogger("trainers")
+_fail = console.fail  # exits with the code after one line on stderr: 'error: <message>'
+# What a failed start writes in a new run directory, and nothing else: the directory is
+# removed again (one a run had made before is never touched).
+START_FILES = ("config.json", "class_names.json", "plan.json")
 
 
 def _config_flags(argv):
@@ -59,6 +61,13 @@ def _parse_flags(argv):
     key of a dict model given to a builder name) exits with code 2 and one line naming it,
     where ml_collections raises from inside the parser (with the config file loaded, and
     before it keeps it)."""
+    config_file, _ = _config_flags(argv)
+    if config_file is not None and not os.path.isfile(config_file.split(":")[0]):
+        _fail(
+            f"--config={config_file}: no such file (give a config file, e.g. "
+            "--config=configs/fashion_mnist.py)",
+            2,
+        )
     try:
         return app.parse_flags_with_usage(argv)
     except (AttributeError, KeyError, TypeError):
@@ -74,11 +83,77 @@ def _parse_flags(argv):
         raise
 
 
+def _config():
+    """FLAGS.config; a config file that fails to load (a syntax error, an exception in
+    get_config) exits with code 2 and its error's last line."""
+    try:
+        return FLAGS.config
+    except OSError as e:  # ml_collections reports the load failure when the value is read
+        config_file, _ = _config_flags(os.sys.argv)
+        last = [line.strip() for line in str(e).splitlines() if line.strip()][-1]
+        _fail(f"--config={config_file}: {last}", 2)
+
+
+def _start_only(model_dir):
+    """Whether `model_dir` holds only what a start writes (START_FILES, empty folders)."""
+    import tensorflow as tf
+
+    for _, _, files in tf.io.gfile.walk(model_dir):
+        if any(name not in START_FILES for name in files):
+            return False
+    return True
+
+
+def _remover(model_dir):
+    """A cleanup for a failed start: removes `model_dir` if this run made it (it did not
+    exist before) and it holds only what a start writes."""
+    from keras_vit import run_directory
+
+    if not model_dir or run_directory.exists(model_dir):
+        return lambda: None
+
+    def remove():
+        import tensorflow as tf
+
+        if run_directory.exists(model_dir) and _start_only(model_dir):
+            tf.io.gfile.rmtree(model_dir)
+
+    return remove
+
+
+INIT_FILES = (".npz", ".h5", ".keras", ".safetensors")
+
+
+def _check_init(init):
+    """A local --init path (a file name or a folder) that is not there exits with code 2
+    before anything is made (a registry name or a URL is checked when it is loaded)."""
+    if not init or "://" in init or os.path.exists(init):
+        return
+    if os.sep in init or init.endswith(INIT_FILES):
+        _fail(
+            f"--init={init}: no such file or directory (give an official .npz, a keras_vit "
+            "registry name, a .weights.h5/.keras file or a pretrain.py RUN directory)",
+            2,
+        )
+
+
+def _warn_replicas(replicas):
+    cores = os.cpu_count() or 1
+    if replicas > cores:
+        log.warning(
+            "--cpu_replicas=%d exceeds this machine's %d CPU cores: the replicas share them "
+            "(slower than --cpu_replicas=%d)",
+            replicas,
+            cores,
+            cores,
+        )
+
+
 def main(mode):
     def _main(argv):
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-        if FLAGS.config is None:
+        if _config() is None:
             raise app.UsageError("--config is required (e.g. --config=configs/fashion_mnist.py)")
         if mode == "finetune" and not FLAGS.init:
             raise app.UsageError(
@@ -97,8 +172,12 @@ def main(mode):
             config = train_config.resolve(
                 FLAGS.config, mode, config_flags.get_override_values(FLAGS["config"])
             )
+            config_checks.check_values(config)  # before anything is made or written
         except (ValueError, TypeError, KeyError) as e:
             _fail(e, 2)
+        _check_init(FLAGS.init)
+        _warn_replicas(FLAGS.cpu_replicas)
+        cleanup = _remover(FLAGS.model_dir)
         try:
             strategy = strategy_lib.make_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.cpu_replicas)
             train_lib.run(
@@ -110,16 +189,23 @@ def main(mode):
                 init=FLAGS.init,
             )
         except (CheckpointError, RunDirectoryError) as e:  # --init does not fit the config
-            _fail(f"--init={FLAGS.init}: {e}{train_lib.init_hint(FLAGS.init)}", 2)
+            cleanup()
+            _fail(
+                f"--init={FLAGS.init}: {console.error_line(e)}{train_lib.init_hint(FLAGS.init)}", 2
+            )
         except (
             strategy_lib.NoTPUError,
             input_pipeline.DataError,
             train_lib.PlanError,
             config_checks.ConfigError,  # a config or --config flag mistake, before any model
         ) as e:
-            _fail(e, 2)
+            cleanup()
+            _fail(console.error_line(e), 2)
         except train_lib.TrainingDivergedError as e:
             _fail(e, 3)
+        except Exception as e:  # a download, a missing file: one line; a bug: its traceback
+            console.exit_on_user_error(e, cleanup)
+            raise
 
     if mode == "finetune":
         flags.DEFINE_string(

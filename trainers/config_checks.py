@@ -118,6 +118,45 @@ def check_model(config):
         ) from None
 
 
+# The sizes that must be positive integers: the run's, and the model's (where given).
+POSITIVE = ("batch_size", "image_size")
+POSITIVE_MODEL = ("hidden_size", "mlp_dim", "num_heads", "num_layers", "patch_size")
+
+
+def _positive_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_sizes(config):
+    """config.batch_size, image_size and the model's sizes (hidden_size, mlp_dim, ...)
+    positive integers (a 0 batch divides by zero in the pipeline; a negative width fails
+    inside Keras after the run directory is written)."""
+    for key in POSITIVE:
+        value = config.get(key)
+        if value is not None and not _positive_int(value):
+            raise ConfigError(f"--config.{key}={value!r}: expected a positive integer")
+    spec = config.model.to_dict() if hasattr(config.model, "to_dict") else config.model
+    overrides = dict(config.model_overrides)
+    for key in POSITIVE_MODEL:
+        for where, values in (("model_overrides", overrides), ("model", spec)):
+            value = values.get(key) if isinstance(values, dict) else None
+            if value is not None:
+                if not _positive_int(value):
+                    raise ConfigError(
+                        f"--config.{where}.{key}={value!r}: expected a positive integer"
+                    )
+                break
+
+
+def check_values(config):
+    """The checks that need neither the strategy nor the data (renamed keys, sizes, the
+    model, the objective): trainers/app.py runs them before anything is made."""
+    check_renamed(config)
+    check_sizes(config)
+    check_model(config)
+    return check_objective(config)
+
+
 def check_objective(config):
     """The objective named by config.objective (its loss and options checked)."""
     try:
@@ -259,9 +298,7 @@ def check(config, strategy, *, data_dir, num_classes, total_steps):
         num_classes: the classes the model is built with.
         total_steps: the steps the plan trains (the schedule's length).
     """
-    check_renamed(config)
-    check_model(config)
-    objective = check_objective(config)
+    objective = check_values(config)
     check_schedule(config, total_steps)
     check_input(config, objective)
     check_evals(config, strategy, objective, data_dir, num_classes)
