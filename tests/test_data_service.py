@@ -190,21 +190,15 @@ def test_resume_starts_after_the_whole_files_consumed(data):
     assert len({a, ip.service_job_name("runs/b", 0, 0), ip.service_job_name("runs/a", 0, 5)}) == 3
 
 
+# A tiny run: 3 steps of 8 through the service, one checkpoint.
+SERVICE_RUN = ("--strategy=default", "--config.total_steps=3", "--config.checkpoint_every=3")
+
+
 def test_trainer_through_the_service_writes_metrics(service, data, tmp_path):
     run_dir = str(tmp_path / "run")
-    r = testing.run(
-        testing.trainer_cmd(
-            "pretrain",
-            data,
-            run_dir,
-            "--strategy=default",
-            f"--config.input.data_service={service}",
-            "--config.total_steps=3",
-            "--config.checkpoint_every=3",
-            "--config.batch_size=8",
-        ),
-        timeout=300,
-    )
+    service_flag = f"--config.input.data_service={service}"
+    cmd = testing.trainer_cmd("pretrain", data, run_dir, *SERVICE_RUN, service_flag)
+    r = testing.run([*cmd, "--config.batch_size=8"], timeout=300)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "input.data_service=" in r.stderr + r.stdout
     with open(RunDirectory(run_dir).metrics) as f:
