@@ -171,6 +171,10 @@ def base_config(model="ViT_B16"):
             # Speed measurement only: every step gets the stream's first batch again,
             # so a run times the model's step without the input pipeline.
             synthetic=False,
+            # "grpc://HOST:PORT": a tf.data service dispatcher (tools/data_service.py)
+            # whose workers decode, augment and batch the training stream (not
+            # deterministic then: docs/training.md); None: this process does.
+            data_service=placeholder(str),
         )
     )
     c.masked_patch = ml_collections.ConfigDict(MASKED_PATCH)  # objective="masked_patch"

@@ -115,6 +115,7 @@ SWITCH_KEYS = {
     "layer_decay": 1.0,
     "weight_decay_exclude": (),
     "train_examples": 0,
+    "input.data_service": None,  # batches from tf.data service workers
 }
 # Keys read through their own rule in `path_key` (the objective's, the augmentation's,
 # the model's and the evaluators').

@@ -215,6 +215,10 @@ def test_the_shipped_config_passes_the_checks():
         ({"input.mixup": -1.0}, "--config.input.mixup=-1.0: expected a Beta concentration"),
         ({"input.shard_by": "rows"}, "--config.input.shard_by='rows': expected one of"),
         (
+            {"input.data_service": "localhost:5050"},
+            "--config.input.data_service='localhost:5050': expected grpc://HOST:PORT",
+        ),
+        (
             {"objective": "masked_patch", "input.aug_setting": "light2"},
             "--config.input.mixup / cutmix / aug_setting: Mixup and CutMix (randaug(2,10) "
             "mixup(0.2)) mix class labels, which the masked_patch objective's targets are not",

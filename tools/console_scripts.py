@@ -66,3 +66,7 @@ def visualize():
 
 def convert_checkpoint():
     _tool("convert_checkpoint")
+
+
+def data_service():
+    _tool("data_service")

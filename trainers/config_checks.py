@@ -17,7 +17,8 @@ where there is one, so that the check and the run cannot disagree:
   augmentation  `augment.settings.resolve` (aug_setting, randaug, mixup, cutmix); the
                 crop (input.crop) by `input_pipeline.preprocess_train` on a 16x16 image
                 (its own check runs inside tf.data, after the model, otherwise); Mixup /
-                CutMix need an objective with class labels; input.shard_by
+                CutMix need an objective with class labels; input.shard_by;
+                input.data_service a grpc://HOST:PORT address
   evals         `evaluators.build` (its evaluators are dropped)
   jit_compile   `keras_vit.compilation.training_jit_compile`: "auto" resolved (one log
                 line says to what and why), True where XLA cannot train refused
@@ -28,6 +29,7 @@ where there is one, so that the check and the run cannot disagree:
 import contextlib
 import inspect
 import logging
+import re
 
 import keras
 import tensorflow as tf
@@ -205,8 +207,8 @@ def check_finetune_controls(config):
 
 
 def check_input(config, objective):
-    """config.input: the augmentation the pipeline resolves, the crop, shard_by, and
-    Mixup / CutMix only with class labels (`objective`'s)."""
+    """config.input: the augmentation the pipeline resolves, the crop, shard_by,
+    data_service's address, and Mixup / CutMix only with class labels (`objective`'s)."""
     inp = config.input
     try:
         aug = augment_settings.resolve(inp)
@@ -229,6 +231,12 @@ def check_input(config, objective):
     if inp.shard_by not in input_pipeline.SHARD_BY:
         raise ConfigError(
             f"--config.input.shard_by={inp.shard_by!r}: expected one of {input_pipeline.SHARD_BY}"
+        )
+    service = inp.get("data_service")
+    if service and not re.fullmatch(r"grpc://[^/\s]+:\d+", str(service)):
+        raise ConfigError(
+            f"--config.input.data_service={service!r}: expected grpc://HOST:PORT, the "
+            "dispatcher tools/data_service.py --role=dispatcher started (or None: off)"
         )
     if (aug["mixup"] or aug["cutmix"]) and not isinstance(objective, objectives.Classification):
         raise ConfigError(

@@ -278,15 +278,7 @@ def pipeline_share(info, spec, *, batch_size, global_batch_size, start_step, inp
     batch_size times the pipelines), resuming at `start_step`."""
     num_pipelines = input_context.num_input_pipelines if input_context else 1
     pipeline_id = input_context.input_pipeline_id if input_context else 0
-    global_batch_size = global_batch_size or batch_size * num_pipelines
-    # Batches this pipeline yields per step: one per replica it feeds (several under a
-    # mirrored strategy on one worker, or on a TPU host).
-    per_pipeline = global_batch_size // num_pipelines
-    if per_pipeline % batch_size:
-        raise ValueError(
-            f"global_batch_size={global_batch_size} over {num_pipelines} input pipeline(s) is "
-            f"not a multiple of the per-replica batch_size={batch_size}."
-        )
+    global_batch_size, per_pipeline = _pipeline_batch(batch_size, global_batch_size, num_pipelines)
     files = tuple(zip(info.files, info.file_starts(), info.counts))
     mode = shard_mode(spec, len(files), num_pipelines)
     if spec.shard_by == "auto" and num_pipelines > 1 and pipeline_id == 0:
@@ -320,6 +312,19 @@ def pipeline_share(info, spec, *, batch_size, global_batch_size, start_step, inp
         start_step * batches_per_step,
         shuffle_window(info, spec),
     )
+
+
+def _pipeline_batch(batch_size, global_batch_size, num_pipelines):
+    """(global batch, examples one pipeline yields per step: a batch per replica it feeds,
+    several under a mirrored strategy on one worker or on a TPU host)."""
+    global_batch_size = global_batch_size or batch_size * num_pipelines
+    per_pipeline = global_batch_size // num_pipelines
+    if per_pipeline % batch_size:
+        raise ValueError(
+            f"global_batch_size={global_batch_size} over {num_pipelines} input pipeline(s) is "
+            f"not a multiple of the per-replica batch_size={batch_size}."
+        )
+    return global_batch_size, per_pipeline
 
 
 CYCLE = 16  # files read at once (interleaved record by record) in an epoch
@@ -449,6 +454,112 @@ def mix_stage(ds, spec, first_batch):
     )
 
 
+# --- tf.data service (input.data_service) --------------------------------------------
+
+
+def service_job_name(model_dir, seed, start_step):
+    """The tf.data service job of a run: every trainer process of a run (same
+    model_dir, seed and resume step) reads from it, and a resumed run (another start
+    step) starts a job of its own rather than joining what the dispatcher still holds
+    of the interrupted one."""
+    import hashlib
+
+    where = hashlib.sha1(str(model_dir or "").encode()).hexdigest()[:12]
+    return f"keras_vit-{where}-seed{int(seed)}-step{int(start_step)}"
+
+
+def service_first_split(info, spec, consumed):
+    """The first split of `service_records` for a stream that has consumed `consumed`
+    examples: the epoch they end in, after the files of that epoch's order (the order
+    `records_stream` reads them in) whose records are all counted as consumed."""
+    num_files = len(info.files)
+    epoch, skip = divmod(int(consumed), info.num_examples)
+    order = tf.random.experimental.stateless_shuffle(
+        tf.range(num_files, dtype=tf.int64), seed=tf.constant([int(spec.seed), epoch], tf.int64)
+    ).numpy()
+    ends, whole = 0, 0
+    for f in order:
+        ends += int(info.counts[f])
+        if ends > skip:
+            break
+        whole += 1
+    return epoch * num_files + whole
+
+
+def service_records(info, spec, first_split=0):
+    """The stream `example_stage` takes, (epoch int64 (), index int64 (), record string
+    ()), for tf.data service workers: its source is `Dataset.range` of splits, which the
+    dispatcher hands out one at a time (ShardingPolicy.DYNAMIC), split k being file k % F
+    of epoch k // F in that epoch's order (`records_stream`'s, F the split's files).
+    Every split goes to exactly one worker, in order, so each epoch's records are each
+    processed once. index is the record's place in the split, so the example's
+    augmentation (seeded by (seed, epoch, index)) does not depend on the worker. Each
+    worker interleaves the splits it holds (up to CYCLE) and shuffles a window of
+    `shuffle_window` records: the order is the workers', not deterministic."""
+    files = tuple(zip(info.files, info.file_starts(), info.counts))
+    num_files, seed = len(files), int(spec.seed)
+    names = tf.constant([f for f, _, _ in files])
+    starts = tf.constant([s for _, s, _ in files], tf.int64)
+    counts = tf.constant([c for _, _, c in files], tf.int64)
+    firsts = tf.cumsum(counts, exclusive=True)  # each file's first record in the split
+
+    def split_records(k):
+        epoch = k // num_files
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(num_files, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch])
+        )
+        f = order[k % num_files]
+        ds = records.file_records(names[f], starts[f], counts[f]).enumerate(start=firsts[f])
+        return ds.map(lambda i, r: (epoch, i, r))
+
+    ds = tf.data.Dataset.range(first_split, 2**62).interleave(
+        split_records,
+        cycle_length=min(CYCLE, num_files),
+        block_length=1,
+        num_parallel_calls=AUTOTUNE,
+        deterministic=False,
+    )
+    window = shuffle_window(info, spec)
+    return ds.shuffle(window, seed=seed) if window > 1 else ds
+
+
+def from_service(ds, spec, job_name):
+    """`ds` (a `service_records` stream and the stages after it) run on the tf.data
+    service workers of spec.data_service ("grpc://HOST:PORT"), in the shared job
+    `job_name`: this process receives its elements. ShardingPolicy.DYNAMIC: the
+    dispatcher hands each split of the source to one worker, so across workers and
+    consumers every element is produced once (at most once where a worker fails)."""
+    service = tf.data.experimental.service
+    return ds.apply(
+        service.distribute(
+            processing_mode=service.ShardingPolicy.DYNAMIC,
+            service=spec.data_service,
+            job_name=job_name,
+        )
+    )
+
+
+SERVICE_NOTE = (
+    "input.data_service=%s: decoding, augmentation and batching run on tf.data service "
+    "workers (job %s); examples arrive in the order the workers deliver them, not the "
+    "deterministic stream, so a resumed run does not see the batches an uninterrupted "
+    "run would: it starts epoch %d after the %d of its files whose records were all "
+    "consumed (records in flight at the interruption may be seen again or skipped)"
+)
+
+
+def _service_batches(reader, info, spec, *, batch_size, consumed, job_name):
+    """Batches of `batch_size` from spec.data_service's workers (`service_records` ->
+    `example_stage` -> `batch_stage` on the workers), resuming after `consumed` examples;
+    logs SERVICE_NOTE."""
+    first = service_first_split(info, spec, consumed)
+    logging.getLogger("trainers").info(  # a trainer's console shows it
+        SERVICE_NOTE, spec.data_service, job_name, *divmod(first, max(1, len(info.files)))
+    )
+    ds = example_stage(service_records(info, spec, first), spec, reader)
+    return from_service(batch_stage(ds, spec, batch_size), spec, job_name)
+
+
 def train_dataset(
     data,
     spec,
@@ -458,6 +569,7 @@ def train_dataset(
     start_step=0,
     input_context=None,
     prefetch=True,
+    job_name=None,
 ):
     """Infinite, deterministic stream of (image, label) batches of `batch_size` of
     spec.split (the first spec.max_examples records, `first_examples`) of `data` (a
@@ -471,23 +583,45 @@ def train_dataset(
     distribute_datasets_from_function), `global_batch_size` the global one, which with
     `start_step` fixes how many examples to skip on resume. `spec`: an
     input_spec.InputSpec.
+
+    spec.data_service ("grpc://HOST:PORT"): the batches come from tf.data service
+    workers (`_service_batches`; Mixup / CutMix still run here), in the service job
+    `job_name` (None: `service_job_name(None, seed, start_step)`); the stream is then
+    not deterministic (SERVICE_NOTE).
     """
     if spec.augmentation:
         logging.info("train augmentation: %s", augment_settings.describe(spec.augmentation))
     reader = readers.as_reader(data)
     info = first_examples(reader.split(spec.split, **spec.split_checks), spec.max_examples)
-    share = pipeline_share(
-        info,
-        spec,
-        batch_size=batch_size,
-        global_batch_size=global_batch_size,
-        start_step=start_step,
-        input_context=input_context,
-    )
-    ds = example_stage(records_stream(spec, share), spec, reader)
+    if spec.data_service:
+        # One job for every pipeline: the whole split, whatever the input context.
+        num_pipelines = input_context.num_input_pipelines if input_context else 1
+        global_batch_size, per_pipeline = _pipeline_batch(
+            batch_size, global_batch_size, num_pipelines
+        )
+        ds = _service_batches(
+            reader,
+            info,
+            spec,
+            batch_size=batch_size,
+            consumed=start_step * global_batch_size,
+            job_name=job_name or service_job_name(None, spec.seed, start_step),
+        )
+        first_batch = start_step * (per_pipeline // batch_size)
+    else:
+        share = pipeline_share(
+            info,
+            spec,
+            batch_size=batch_size,
+            global_batch_size=global_batch_size,
+            start_step=start_step,
+            input_context=input_context,
+        )
+        ds = batch_stage(example_stage(records_stream(spec, share), spec, reader), spec, batch_size)
+        first_batch = share.first_batch
     # The pipeline's batches are numbered as in an uninterrupted run: step s, replica r
-    # is batch s * batches_per_step + r (both shard_by modes).
-    ds = mix_stage(batch_stage(ds, spec, batch_size), spec, share.first_batch)
+    # is batch s * batches_per_step + r (both shard_by modes, and through the service).
+    ds = mix_stage(ds, spec, first_batch)
     if spec.synthetic:
         # Speed measurement: the same decoded batch every step, held in memory, so
         # the step runs without the input pipeline's decoding and augmentation.
@@ -555,9 +689,12 @@ def image_hw(image_size):
     return tuple(int(s) for s in image_size)
 
 
-def distributed_train_dataset(strategy, data, spec, global_batch_size, *, start_step=0):
+def distributed_train_dataset(
+    strategy, data, spec, global_batch_size, *, start_step=0, job_name=None
+):
     """Per-replica batches of the global batch via distribute_datasets_from_function:
-    train_dataset's with `spec`; each replica mixes its own batch."""
+    train_dataset's with `spec`; each replica mixes its own batch. `job_name`: the
+    tf.data service job (spec.data_service), the same in every trainer process."""
     replicas = strategy.num_replicas_in_sync
     if global_batch_size % replicas:
         raise ValueError(
@@ -572,6 +709,7 @@ def distributed_train_dataset(strategy, data, spec, global_batch_size, *, start_
             global_batch_size=global_batch_size,
             start_step=start_step,
             input_context=ctx,
+            job_name=job_name,
         )
 
     return strategy.distribute_datasets_from_function(fn)

@@ -36,7 +36,9 @@ class InputSpec:
     preprocessing: the model's input normalisation ({"mean", "std"} on the [0, 1] scale,
     from a timm or transformers checkpoint), None for the official (x - 127.5) / 127.5;
     synthetic: the stream's first batch, repeated (a speed measurement of the step
-    without the input pipeline; `config.input.synthetic`).
+    without the input pipeline; `config.input.synthetic`); data_service: the
+    dispatcher ("grpc://HOST:PORT") whose workers decode, augment and batch the training
+    stream (`config.input.data_service`; None: this process does).
     """
 
     image_size: tuple = (224, 224)
@@ -58,6 +60,7 @@ class InputSpec:
     seed: int = 0
     preprocessing: dict = None  # the model's input normalisation (None: the official)
     synthetic: bool = False  # the first batch, repeated (speed measurements)
+    data_service: str = None  # "grpc://HOST:PORT": batches from tf.data service workers
 
     def __post_init__(self):
         object.__setattr__(self, "image_size", input_pipeline.image_hw(self.image_size))
@@ -93,6 +96,7 @@ class InputSpec:
             seed=int(config.seed),
             preprocessing=preprocessing,
             synthetic=bool(inp.get("synthetic", False)),
+            data_service=inp.get("data_service") or None,
         )
 
     @property

@@ -308,10 +308,12 @@ def open_data(config, data_dir):
     return reader
 
 
-def train_data(strategy, data, spec, plan):
-    """The run's distributed training stream: `spec`'s, resumed at plan.start_step."""
+def train_data(strategy, data, spec, plan, model_dir=None):
+    """The run's distributed training stream: `spec`'s, resumed at plan.start_step
+    (through spec.data_service: the tf.data service job of model_dir, seed and step)."""
+    job_name = input_pipeline.service_job_name(model_dir, spec.seed, plan.start_step)
     return input_pipeline.distributed_train_dataset(
-        strategy, data, spec, plan.batch, start_step=plan.start_step
+        strategy, data, spec, plan.batch, start_step=plan.start_step, job_name=job_name
     )
 
 
@@ -429,7 +431,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
     )
     context = evaluators.Context(reader, spec, objective, strategy, sizes.batch)
     evals = evaluators.build(config.evals, context)
-    data = train_data(strategy, reader, spec, sizes)
+    data = train_data(strategy, reader, spec, sizes, model_dir)
     logger = fit(model, config, strategy, data, sizes, run, chief, evals, reader, spec)
 
     step = int(model.optimizer.iterations.numpy())
