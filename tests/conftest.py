@@ -43,6 +43,8 @@ LONG_MODULES = (
     "test_layer_conformance",
     "test_train_resume",
     "test_train_datasets",
+    "test_data_service",
+    "test_mistakes",
     "test_dynamic_resolution",
 )
 
@@ -65,6 +67,8 @@ SLOW_MODULES = (
     "test_train_strategies",
     "test_train_datasets",
     "test_train_tpu_shaped",
+    "test_data_service",
+    "test_mistakes",
     "test_walkthrough",
 )
 SLOW_TESTS = {
