@@ -96,7 +96,11 @@ def _check_encoded(data, max_pixels, workers):
     ds = ds.map(check, num_parallel_calls=workers, deterministic=True)
     # An image whose check fails (a JPEG header or data that does not parse) is left
     # out here, and checked again eagerly.
-    return ds.ignore_errors().batch(CHUNK_EXAMPLES + 1).get_single_element()
+    return (
+        ds.ignore_errors()
+        .batch(tf.maximum(tf.size(data, out_type=tf.int64), 1))
+        .get_single_element()
+    )
 
 
 @tf.function(
@@ -120,7 +124,9 @@ def _encode_arrays(data, shapes, workers):
 
     ds = tf.data.Dataset.range(tf.size(data, out_type=tf.int64)).batch(ARRAY_BATCH)
     ds = ds.map(encode, num_parallel_calls=workers, deterministic=True)
-    return ds.unbatch().batch(CHUNK_EXAMPLES + 1).get_single_element()
+    # All of them in one element: batched by the input's own size, not a module constant
+    # (a traced graph would keep the constant it was traced with).
+    return ds.unbatch().batch(tf.maximum(tf.size(data, out_type=tf.int64), 1)).get_single_element()
 
 
 def _array_input(image, max_pixels):
