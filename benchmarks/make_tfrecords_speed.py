@@ -21,6 +21,15 @@ import time
 import numpy as np
 
 
+def synthetic_image(rng):
+    """A 224 x 224 x 3 uint8 image: a smooth random colour field with noise, whose
+    JPEG (quality 90) is about the size of a photograph's at 224 px (about 30 KB)."""
+    coarse = rng.uniform(0, 255, (8, 8, 3))
+    field = np.kron(coarse, np.ones((28, 28, 1)))  # blocks, then blurred a little
+    field = (field + np.roll(field, 14, 0) + np.roll(field, 14, 1)) / 3
+    return np.clip(field + rng.normal(0, 12, field.shape), 0, 255).astype(np.uint8)
+
+
 def write_jpegs(root, n, seed=0):
     """`n` 224 x 224 JPEGs (quality 90) in root/{a,b}/; returns their total bytes."""
     import tensorflow as tf
@@ -30,11 +39,7 @@ def write_jpegs(root, n, seed=0):
     for cls in ("a", "b"):
         os.makedirs(os.path.join(root, cls))
     for i in range(n):
-        coarse = rng.uniform(0, 255, (8, 8, 3))
-        field = np.kron(coarse, np.ones((28, 28, 1)))  # blocks, then blurred a little
-        field = (field + np.roll(field, 14, 0) + np.roll(field, 14, 1)) / 3
-        image = np.clip(field + rng.normal(0, 12, field.shape), 0, 255).astype(np.uint8)
-        jpeg = tf.io.encode_jpeg(image, quality=90).numpy()
+        jpeg = tf.io.encode_jpeg(synthetic_image(rng), quality=90).numpy()
         total += len(jpeg)
         with open(os.path.join(root, "ab"[i % 2], f"{i:05d}.jpg"), "wb") as f:
             f.write(jpeg)
