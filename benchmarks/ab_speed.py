@@ -22,6 +22,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags
+
 from keras_vit_benchmarks.machine import describe, machine_info
 
 flags.DEFINE_string("old", None, "Git revision of the old version.")

@@ -17,12 +17,12 @@ import time
 
 import keras
 import numpy as np
-from keras_vit_benchmarks.machine import describe, machine_info
-from keras_vit_data.fashion_mnist import FASHION_MNIST_DIR, read_split
 
 import keras_vit
 from keras_vit.preprocessing import PIXEL_SCALE
 from keras_vit.run_directory import RunDirectory
+from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_data.fashion_mnist import FASHION_MNIST_DIR, read_split
 
 MODEL = dict(
     image_size=28,

@@ -32,9 +32,10 @@ import os
 import time
 
 from absl import app, flags
-from keras_vit_cli import commands
+
 from keras_vit_benchmarks import trainer_runs
 from keras_vit_benchmarks.machine import describe, machine_info, source_commit
+from keras_vit_cli import commands
 
 RESULTS = os.path.join(commands.ROOT, "benchmarks", "results", "frontier")
 FIGURE = os.path.join(commands.ROOT, "docs", "images", "frontier.png")

@@ -23,6 +23,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags
+
 from keras_vit_benchmarks.machine import describe, machine_info
 
 flags.DEFINE_string("variant", "ViT_B16", "keras_vit builder name.")
@@ -45,9 +46,9 @@ def _child():
     import keras
     import ml_collections
     import numpy as np
-    from keras_vit_trainers import keras_workarounds, optimizers
 
     import keras_vit
+    from keras_vit_trainers import keras_workarounds, optimizers
 
     keras.utils.set_random_seed(0)
     model = keras_vit.build_model(

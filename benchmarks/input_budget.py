@@ -179,7 +179,7 @@ def main():
         a.threads = int(a.threads)
         return child(a)
     from keras_vit_benchmarks.input_resume import ensure_split, read_shards
-    from keras_vit_benchmarks.machine import describe, machine_info, source_commit
+    from keras_vit_benchmarks.machine import machine_info, report, source_commit
 
     targets = parse_targets(a.targets)
     tmp, data_dir, written = None, a.data_dir, None
@@ -230,11 +230,7 @@ def main():
         "loadavg": os.getloadavg(),
         "machine": machine_info(),
     }
-    print(describe(result["machine"]))
-    print(json.dumps(result, indent=1))
-    if a.output:
-        with open(a.output, "w") as f:
-            json.dump(result, f, indent=1)
+    report(result, a.output)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,9 @@ def main():
     p.add_argument("--batches", type=int, default=200)
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from keras_vit.run_directory import RunDirectory
     from keras_vit_benchmarks.machine import describe, machine_info
     from keras_vit_trainers import input_pipeline, input_spec, objectives, train_config
-
-    from keras_vit.run_directory import RunDirectory
 
     spec = importlib.util.spec_from_file_location("cfg", a.config)
     module = importlib.util.module_from_spec(spec)

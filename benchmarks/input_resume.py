@@ -314,7 +314,7 @@ def main():
         return child(a)
     if a.records < 50_000:
         raise SystemExit("--records: at least 50,000 (the benchmark's size)")
-    from keras_vit_benchmarks.machine import describe, machine_info, source_commit
+    from keras_vit_benchmarks.machine import machine_info, report, source_commit
 
     tmp = None
     data_dir = a.data_dir
@@ -362,11 +362,7 @@ def main():
         "loadavg": os.getloadavg(),
         "machine": machine_info(),
     }
-    print(describe(result["machine"]))
-    print(json.dumps(result, indent=1))
-    if a.output:
-        with open(a.output, "w") as f:
-            json.dump(result, f, indent=1)
+    report(result, a.output)
 
 
 if __name__ == "__main__":

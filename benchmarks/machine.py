@@ -18,6 +18,7 @@ recorded when the benchmark has already imported them).
 """
 
 import datetime
+import json
 import os
 import platform
 import subprocess
@@ -159,3 +160,17 @@ def describe(info=None):
     if load:
         line += f", load {load[0]:.1f}"
     return line
+
+
+def report(result, output=None):
+    """Prints the machine's line and `result` as JSON, and writes the JSON to `output`
+    (its folder created) when given: the last step of a benchmark."""
+    print(describe(result.get("machine")))
+    text = json.dumps(result, indent=1)
+    print(text)
+    if output:
+        folder = os.path.dirname(output)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        with open(output, "w") as f:
+            f.write(text)

@@ -13,7 +13,6 @@ parallel writer (--workers, default all cores) on all of them, and the serial on
 """
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -54,7 +53,7 @@ def main():
     p.add_argument("--output", default=None)
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from keras_vit_benchmarks.machine import describe, machine_info
+    from keras_vit_benchmarks.machine import machine_info, report
     from keras_vit_data import writer
 
     workers = writer.default_workers() if a.workers is None else a.workers
@@ -89,11 +88,7 @@ def main():
         "loadavg": os.getloadavg(),
         "machine": machine_info(),
     }
-    print(describe(result["machine"]))
-    print(json.dumps(result, indent=1))
-    if a.output:
-        with open(a.output, "w") as f:
-            json.dump(result, f, indent=1)
+    report(result, a.output)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,10 @@ import os
 import time
 
 from absl import app, flags
-from keras_vit_cli import commands
+
 from keras_vit_benchmarks import trainer_runs
 from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_cli import commands
 
 flags.DEFINE_string("data_dir", None, "tools/make_tfrecords.py --source=fashion_mnist output.")
 flags.DEFINE_string("work_dir", None, "Where the runs go.")

@@ -44,6 +44,8 @@ import time
 import keras
 import numpy as np
 from absl import flags
+
+import keras_vit
 from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_configs import fashion_mnist
 from keras_vit_data import fashion_mnist as fashion_mnist_data
@@ -60,8 +62,6 @@ from keras_vit_deploy import (
     timing,
 )
 from keras_vit_deploy.onnx_packages import versions
-
-import keras_vit
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A trained trainers/ run of the Fashion-MNIST model.")

@@ -33,10 +33,10 @@ import sys
 import time
 
 import keras  # noqa: E402
-from keras_vit_benchmarks import speed_flops, speed_models, speed_runners  # noqa: E402
-from keras_vit_benchmarks.machine import describe, machine_info  # noqa: E402
 
 from keras_vit.variants import VARIANTS  # noqa: E402
+from keras_vit_benchmarks import speed_flops, speed_models, speed_runners  # noqa: E402
+from keras_vit_benchmarks.machine import describe, machine_info  # noqa: E402
 
 LIBRARIES = (
     "keras_vit",

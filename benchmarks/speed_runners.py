@@ -18,6 +18,7 @@ Runners:
 
 import keras
 import numpy as np
+
 from keras_vit_benchmarks import speed_flops
 
 # Keras compile mode -> jit_compile, and the backends it exists on (None: every backend).

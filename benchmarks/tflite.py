@@ -32,15 +32,15 @@ if __name__ == "__main__":
 import keras
 import numpy as np
 from absl import flags
+
+import keras_vit
+from keras_vit import run_directory
+from keras_vit.preprocessing import PIXEL_SCALE
 from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_configs import fashion_mnist
 from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_data import writer
 from keras_vit_deploy import datasets, report, serving, sources, tflite, tflite_runtime, timing
-
-import keras_vit
-from keras_vit import run_directory
-from keras_vit.preprocessing import PIXEL_SCALE
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A trained trainers/ run directory to measure.")

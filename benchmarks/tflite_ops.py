@@ -42,10 +42,10 @@ import numpy as np
 import tensorflow as tf
 from absl import flags, logging
 from keras import ops
-from keras_vit_benchmarks.machine import describe, machine_info
-from keras_vit_deploy import tflite, tflite_runtime, timing
 
 import keras_vit
+from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_deploy import tflite, tflite_runtime, timing
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("variant", "ViT_Ti16", "A keras_vit.VARIANTS name.")

@@ -22,9 +22,10 @@ import json
 import os
 
 from absl import app, flags
-from keras_vit_cli import commands
+
 from keras_vit_benchmarks import trainer_runs
 from keras_vit_benchmarks.machine import describe, machine_info, source_commit
+from keras_vit_cli import commands
 
 VARIANTS = {
     "float32_xla": ("--config.jit_compile=True",),

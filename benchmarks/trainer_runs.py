@@ -12,7 +12,6 @@ import statistics
 import subprocess
 import time
 
-
 from keras_vit_cli.commands import ROOT
 
 
@@ -34,6 +33,7 @@ def export_random_init(config, run_dir, seed, num_classes, like=None):
     if os.path.exists(os.path.join(run_dir, "model.weights.h5")):
         return run_dir
     import keras
+
     from keras_vit_trainers import train_lib
 
     keras.utils.set_random_seed(int(seed))

@@ -25,9 +25,10 @@ import os
 import time
 
 from absl import app, flags
-from keras_vit_cli import commands
+
 from keras_vit_benchmarks import trainer_runs
 from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_cli import commands
 
 flags.DEFINE_string("pretrained", "runs/fashion_mnist_hybrid", "A pretrain RUN (make demo's).")
 flags.DEFINE_string("work_dir", None, "Where the images, records and runs go.")

@@ -20,6 +20,7 @@ seed each; docs/training.md has the table and the commands):
 """
 
 import ml_collections
+
 from keras_vit_configs import common
 
 

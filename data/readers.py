@@ -29,8 +29,8 @@ import re
 import struct
 
 import tensorflow as tf
-from keras_vit_configs.common import VERIFY_MAX_BYTES
 
+from keras_vit_configs.common import VERIFY_MAX_BYTES
 from keras_vit_data import records, splits
 from keras_vit_data.records import DataError
 

@@ -54,7 +54,9 @@ def serialize_example(encoded, labels):
                 LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
             }
         )
-    ).SerializeToString(deterministic=True)  # map entries sorted by key: the same bytes in every process
+    ).SerializeToString(
+        deterministic=True
+    )  # map entries sorted by key: the same bytes in every process
 
 
 def _features(image_key, label_key):

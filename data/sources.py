@@ -22,7 +22,8 @@ import os
 
 import numpy as np
 
-from keras_vit_data import fashion_mnist, holdout as holdout_lib, image_checks
+from keras_vit_data import fashion_mnist, image_checks
+from keras_vit_data import holdout as holdout_lib
 from keras_vit_data.records import DataError
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")

@@ -9,8 +9,8 @@ import logging
 import os
 
 import tensorflow as tf
-from keras_vit_configs.common import VERIFY_MAX_BYTES
 
+from keras_vit_configs.common import VERIFY_MAX_BYTES
 from keras_vit_data import records
 from keras_vit_data.records import DataError
 

@@ -31,9 +31,9 @@ import os
 
 import numpy as np
 import tensorflow as tf
-from keras_vit_cli import console
 
-from keras_vit_data import image_header, image_checks, records, sources
+from keras_vit_cli import console
+from keras_vit_data import image_checks, image_header, records, sources
 from keras_vit_data.records import DataError
 
 MAX_NAMED_SKIPS = 100  # the manifest names at most this many skipped examples per split

@@ -9,6 +9,7 @@ rounded back to uint8 so that every runtime sees the same pixels.
 
 import numpy as np
 import tensorflow as tf
+
 from keras_vit_data import fashion_mnist, records
 from keras_vit_data.fashion_mnist import FASHION_MNIST_DIR
 from keras_vit_data.records import DataError  # its owner is data/records.py
@@ -33,9 +34,7 @@ def to_model_pixels(image, image_size, where):
 
 def fashion_mnist_test(image_size, limit=1000, directory=FASHION_MNIST_DIR):
     """The first `limit` Fashion-MNIST test images -> (uint8 (N, H, W, 3), labels (N,))."""
-    images, labels = fashion_mnist.read_split(
-        directory, "test", "pass --eval_data=TFRECORD_GLOB"
-    )
+    images, labels = fashion_mnist.read_split(directory, "test", "pass --eval_data=TFRECORD_GLOB")
     images, labels = images[:limit], labels[:limit]
     paths = fashion_mnist.split_paths(directory, "test")
     pixels = np.stack(

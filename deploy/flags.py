@@ -3,10 +3,10 @@ tools/export_onnx.py (and tools/visualize.py, tools/fewshot.py): which model to
 export, and, for the export tools, what it should output."""
 
 from absl import app, flags
-from keras_vit_data import fashion_mnist
-from keras_vit_deploy import sources
 
 import keras_vit
+from keras_vit_data import fashion_mnist
+from keras_vit_deploy import sources
 
 FLAGS = flags.FLAGS
 POOLINGS = ("none", "token", "avg", "max")  # --pooling (keras_vit's, None as 'none')

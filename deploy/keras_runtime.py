@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import tensorflow as tf
+
 from keras_vit_deploy import serving, timing
 from keras_vit_deploy.preprocessing import scale_pixels
 from keras_vit_deploy.runtime import Runtime

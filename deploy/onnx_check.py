@@ -4,6 +4,7 @@ that model on probe images."""
 
 import keras
 import numpy as np
+
 from keras_vit_deploy.onnx_file import INPUT_NAME, opset_of
 from keras_vit_deploy.onnx_packages import ExportError
 from keras_vit_deploy.onnx_runtime import ONNXClassifier

@@ -21,12 +21,12 @@ import warnings
 import keras
 import numpy as np
 import tensorflow as tf
+
+from keras_vit.preprocessing import scale_offset
 from keras_vit_deploy import require_tensorflow_backend, serving
 from keras_vit_deploy.onnx_check import check_file
 from keras_vit_deploy.onnx_file import INPUT_NAME, output_names
 from keras_vit_deploy.onnx_packages import ExportError, require_packages
-
-from keras_vit.preprocessing import scale_offset
 
 PRECISIONS = ("float32", "float16")
 # The Keras dtype policy each precision is exported under.

@@ -4,6 +4,7 @@ provider, behind the runtimes' one interface (`deploy/report.py`)."""
 import os
 
 import numpy as np
+
 from keras_vit_deploy import serving, timing
 from keras_vit_deploy.onnx_file import INPUT_NAME
 from keras_vit_deploy.onnx_packages import ExportError, require_packages, versions

@@ -16,9 +16,9 @@ the signature, the problem and the batch index.
 
 import numpy as np
 import tensorflow as tf
-from keras_vit_data import image_header, records
 
 from keras_vit.preprocessing import preprocess_input
+from keras_vit_data import image_header, records
 
 LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 weights of R, G, B (sum 1)
 

@@ -13,8 +13,9 @@ import os
 
 import numpy as np
 import tensorflow as tf
-from keras_vit_deploy import keras_runtime, serving
+
 from keras_vit_data.records import DataError
+from keras_vit_deploy import keras_runtime, serving
 
 # The per-value name of each output in the report's keys (max_abs_delta_<unit>).
 UNITS = {

@@ -35,6 +35,7 @@ import dataclasses
 import json
 
 import numpy as np
+
 from keras_vit_deploy.serving import SERVING_DEFAULT
 
 B64 = "b64"

@@ -45,6 +45,7 @@ import os
 
 import keras
 import tensorflow as tf
+
 from keras_vit_data import image_header
 from keras_vit_deploy import preprocessing, require_tensorflow_backend
 

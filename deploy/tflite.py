@@ -21,6 +21,7 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
+
 from keras_vit_deploy import serving
 
 QUANTIZATIONS = ("none", "float16", "dynamic_int8", "int8", "int8_matmul")

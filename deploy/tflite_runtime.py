@@ -3,6 +3,7 @@ behind the runtimes' one interface (`deploy/report.py`): ai_edge_litert's where 
 is installed (tf.lite.Interpreter is deprecated in its favour), else TensorFlow's."""
 
 import numpy as np
+
 from keras_vit_deploy import timing
 from keras_vit_deploy.runtime import Runtime
 

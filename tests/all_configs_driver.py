@@ -27,7 +27,6 @@ import sys
 import traceback
 
 import keras_vit_configs
-
 from keras_vit import families
 
 # The fine-tuning recipes (trainers/finetune.py); every other config pre-trains.
@@ -272,6 +271,7 @@ def validate(spec, mode, resolved, strategy, data_dir, model_dir):
     (config_checks.check), its plan made, its tiny model built and compiled under
     `strategy` with the input spec it would read. Returns the resolved jit_compile."""
     import keras
+
     from keras_vit_trainers import (
         config_checks,
         evaluators,
@@ -319,6 +319,7 @@ def validate(spec, mode, resolved, strategy, data_dir, model_dir):
 def train(spec, mode, resolved, strategy, data_dir, model_dir):
     """Trains `resolved` one step; returns the run's metrics."""
     import keras
+
     from keras_vit_trainers import train_lib
 
     try:

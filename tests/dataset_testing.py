@@ -7,8 +7,9 @@ import os
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from keras_vit_data import image_checks
 from trainer_testing import synthetic_split
+
+from keras_vit_data import image_checks
 
 TFDS_NAME = "keras_vit_tiny_images"
 TFDS_CLASSES = ["band0", "band1", "band2", "band3"]

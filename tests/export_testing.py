@@ -15,11 +15,11 @@ import tempfile
 import keras
 import numpy as np
 import tensorflow as tf
-from keras_vit_data import fashion_mnist as fashion_mnist_data
-from keras_vit_deploy import datasets, serving
 from tiny_models import tiny_vit
 
 from keras_vit import run_directory
+from keras_vit_data import fashion_mnist as fashion_mnist_data
+from keras_vit_deploy import datasets, serving
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE_SIZE = 28

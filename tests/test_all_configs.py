@@ -172,10 +172,10 @@ def test_the_stochastic_depth_flag_reaches_the_model_on_every_config(spec, monke
     """--config.model_overrides.stochastic_depth_rate=0.1, parsed as the trainers parse
     flags, gets to the model's constructor (a builder name's or a dict model's)."""
     from absl import flags
-    from keras_vit_trainers import train_config, train_lib
     from ml_collections import config_flags
 
     import keras_vit
+    from keras_vit_trainers import train_config, train_lib
 
     name, _, task = spec.partition(":")
     flag_values = flags.FlagValues()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import trainer_testing as testing
+
 from keras_vit_trainers import input_pipeline as ip
 from keras_vit_trainers.augment import crops, mixing, randaugment, settings
 from keras_vit_trainers.input_spec import InputSpec

@@ -5,10 +5,10 @@ import importlib
 import os
 
 import pytest
-from keras_vit_configs import augreg, common
 import trainer_testing as testing
 
 import keras_vit
+from keras_vit_configs import augreg, common
 
 CONFIGS = sorted(
     os.path.splitext(os.path.basename(p))[0]

@@ -9,10 +9,12 @@ import sys
 
 import keras
 import pytest
-from keras_vit_cli import console
 
 # Lines that TensorFlow, absl, XLA, oneDNN and TFLite print about themselves (seen in
 import trainer_testing as testing
+
+from keras_vit_cli import console
+
 # `make demo` before cli/console.py existed), as the user would grep for them.
 NOISE = [
     r"cross_device_ops\.py",  # "Reduce to /device:CPU:0 then broadcast"

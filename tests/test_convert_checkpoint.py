@@ -9,8 +9,8 @@ import sys
 import keras
 import numpy as np
 import pytest
-from absl import flags
 import trainer_testing as testing
+from absl import flags
 from numpy_vit import random_params, vit_forward
 
 import keras_vit

@@ -7,9 +7,10 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+import trainer_testing as testing
+
 from keras_vit_data import records
 from keras_vit_trainers import input_pipeline as ip
-import trainer_testing as testing
 from keras_vit_trainers.input_spec import InputSpec
 
 SPEC = InputSpec(image_size=28, seed=3, num_classes=4, crop="inception_crop", shuffle_buffer=100)

@@ -17,12 +17,12 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_data import records
-from keras_vit_trainers import input_pipeline as ip
 import trainer_testing as testing
-from keras_vit_trainers.input_spec import InputSpec
 
 from keras_vit.run_directory import RunDirectory
+from keras_vit_data import records
+from keras_vit_trainers import input_pipeline as ip
+from keras_vit_trainers.input_spec import InputSpec
 
 N_TRAIN, PER_SHARD, NUM_CLASSES = 40, 8, 4  # five shards
 READY_S = 120  # a server's start-up (TensorFlow's import) on a loaded machine

@@ -5,9 +5,10 @@ split of 37 examples in batches of 16 would be scored over 48 rows."""
 import keras
 import numpy as np
 import pytest
+import trainer_testing as testing
+
 from keras_vit_configs import fashion_mnist
 from keras_vit_trainers import input_pipeline, objectives, train_config, train_lib
-import trainer_testing as testing
 from keras_vit_trainers.input_spec import InputSpec
 
 pytestmark = pytest.mark.skipif(
@@ -51,6 +52,7 @@ def test_the_evaluators_history_has_the_per_example_loss(tmp_path):
     """metrics.json's evals.<name>.history holds the loss of the split's examples, not
     Keras' "loss" over the padded rows (the same split unpadded gives the same value)."""
     import tensorflow as tf
+
     from keras_vit_trainers import evaluators
 
     data, _, objective, model, spec = _tiny_run(tmp_path)

@@ -11,6 +11,8 @@ import export_testing as et
 import keras
 import numpy as np
 import pytest
+
+import keras_vit
 from keras_vit_deploy import (
     datasets,
     onnx_check,
@@ -19,8 +21,6 @@ from keras_vit_deploy import (
     onnx_packages,
     onnx_runtime,
 )
-
-import keras_vit
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"

@@ -10,10 +10,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_deploy import flags as deploy_flags
-from keras_vit_deploy import preprocessing, serving, sources
 
 from keras_vit import run_directory
+from keras_vit_deploy import flags as deploy_flags
+from keras_vit_deploy import preprocessing, serving, sources
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+
 from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_deploy import (
     datasets,

@@ -6,9 +6,9 @@ import keras
 import ml_collections
 import numpy as np
 import pytest
-from keras_vit_trainers import freeze, layer_decay, optimizers
 
 import keras_vit
+from keras_vit_trainers import freeze, layer_decay, optimizers
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"

@@ -5,6 +5,7 @@ import keras
 import ml_collections
 import numpy as np
 import pytest
+
 from keras_vit_trainers import keras_workarounds, optimizers, schedules
 
 pytestmark = pytest.mark.skipif(

@@ -8,8 +8,8 @@ import logging
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_data import records
-from keras_vit_data import holdout, sources, writer
+
+from keras_vit_data import holdout, records, sources, writer
 
 PNG = tf.io.encode_png(np.zeros((4, 4, 1), np.uint8)).numpy()
 
@@ -89,9 +89,7 @@ def test_flat_folder_with_holdout_writes_a_recorded_validation_split(tmp_path, c
 def test_folder_order_is_shuffled_not_sorted_by_class(tmp_path):
     _tree(tmp_path / "images", {"a": 20, "b": 20})
     out = tmp_path / "out"
-    manifest = writer.make_tfrecords(
-        f"folder:{tmp_path / 'images'}", str(out), progress=False
-    )
+    manifest = writer.make_tfrecords(f"folder:{tmp_path / 'images'}", str(out), progress=False)
     labels = _labels(out, "train")
     assert sorted(labels) == [0] * 20 + [1] * 20
     assert labels != sorted(labels)  # sorted by class would put every 0 first

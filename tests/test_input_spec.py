@@ -6,11 +6,12 @@ import dataclasses
 import numpy as np
 import pytest
 import tensorflow as tf
+import trainer_testing as testing
+
 from keras_vit_configs import fashion_mnist
 from keras_vit_data import image_header, records
 from keras_vit_trainers import input_pipeline as ip
 from keras_vit_trainers import objectives
-import trainer_testing as testing
 from keras_vit_trainers.augment import settings as augment_settings
 from keras_vit_trainers.input_spec import InputSpec
 
@@ -171,7 +172,9 @@ def test_a_resume_reads_at_most_a_group_and_a_window_wherever_it_stops(many_shar
             info, spec, batch_size=1, global_batch_size=None, start_step=step, input_context=None
         )
         monkeypatch.setattr(ip.records, "file_records", counting)
-        again = [(int(e), int(i), r.numpy()) for e, i, r in ip.records_stream(spec, resumed).take(20)]
+        again = [
+            (int(e), int(i), r.numpy()) for e, i, r in ip.records_stream(spec, resumed).take(20)
+        ]
         monkeypatch.setattr(ip.records, "file_records", real)
         assert again == stream[step : step + 20]
         # Only the files of the group the resume lands in (and of the next, as the

@@ -172,6 +172,7 @@ def _evaluator_context(data_dir):
 
 def test_fewshot_evaluator_runs_every_n_steps(data_dir):
     import tensorflow as tf
+
     from keras_vit_trainers import evaluators
 
     keras.utils.set_random_seed(4)

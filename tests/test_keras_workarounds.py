@@ -8,8 +8,9 @@ import textwrap
 
 import keras
 import pytest
-from keras_vit_trainers import keras_workarounds
 import trainer_testing as testing
+
+from keras_vit_trainers import keras_workarounds
 
 
 def test_keras_version_check(monkeypatch):

@@ -2,6 +2,7 @@
 project has run on share the model name 'AMD EPYC' and differ up to 4x."""
 
 import pytest
+
 from keras_vit_benchmarks import machine
 
 

@@ -9,13 +9,14 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+import trainer_testing as testing
 from absl import flags
 from absl.testing import flagsaver
+
 from keras_vit_data import fashion_mnist, sources, writer
 from keras_vit_data.records import DataError
 from keras_vit_tools import make_tfrecords
 from keras_vit_trainers import input_pipeline as ip
-import trainer_testing as testing
 from keras_vit_trainers.input_spec import InputSpec
 
 FMNIST = fashion_mnist.FASHION_MNIST_DIR
@@ -83,9 +84,7 @@ def test_folder_source_is_deterministic(tmp_path):
     (root / "train" / "cat" / "notes.txt").write_text("not an image")
     a, b = tmp_path / "a", tmp_path / "b"
     for out in (a, b):
-        m = writer.make_tfrecords(
-            f"folder:{root}", str(out), examples_per_shard=4, progress=False
-        )
+        m = writer.make_tfrecords(f"folder:{root}", str(out), examples_per_shard=4, progress=False)
     assert _digest(a) == _digest(b)
     assert m["class_names"] == ["cat", "dog"] and m["splits"]["train"]["count"] == 6
     assert len(m["splits"]["train"]["shards"]) == 2
@@ -190,9 +189,7 @@ def test_an_interrupted_rewrite_leaves_no_manifest_to_trust(tmp_path):
         raise OSError("disk went away")
 
     with pytest.raises(OSError, match="disk went away"):
-        writer.make_tfrecords(
-            ({"train": (2, broken())}, ["a", "b"], False), out, progress=False
-        )
+        writer.make_tfrecords(({"train": (2, broken())}, ["a", "b"], False), out, progress=False)
     with pytest.raises(ip.DataError, match="no manifest.json"):
         ip.read_manifest(out)
 

@@ -9,10 +9,11 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_data import records, writer
-from keras_vit_data.records import DataError
 from test_make_tfrecords import run_main
 from test_pixel_limit import grey_png
+
+from keras_vit_data import records, writer
+from keras_vit_data.records import DataError
 
 
 def _files(d):

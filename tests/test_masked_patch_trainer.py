@@ -16,9 +16,10 @@ from keras_vit import masked_patch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+import trainer_testing as testing  # noqa: E402
+
 from keras_vit_configs import fashion_mnist, fashion_mnist_masked_patch  # noqa: E402
 from keras_vit_trainers import input_pipeline, objectives, train_config, train_lib  # noqa: E402
-import trainer_testing as testing
 from keras_vit_trainers.input_spec import InputSpec  # noqa: E402
 
 pytestmark = pytest.mark.skipif(

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+
 from keras_vit_data import image_header, records
 from keras_vit_deploy import serving
 

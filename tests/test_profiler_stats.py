@@ -11,6 +11,7 @@ pytestmark = pytest.mark.skipif(
 
 def test_op_stats_reads_a_profile_of_a_function(tmp_path):
     import tensorflow as tf
+
     from keras_vit_benchmarks import profiler_stats
 
     product = tf.function(lambda a, b: tf.matmul(a, b) * 2.0)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+import trainer_testing as testing
 from dataset_testing import (
     TFDS_CLASSES,
     TFDS_NAME,
@@ -13,10 +14,9 @@ from dataset_testing import (
     synthetic_split,
     write_imagenet_shards,
 )
+
 from keras_vit_data import readers, records, tfds_reader
 from keras_vit_data.records import DataError
-
-import trainer_testing as testing
 
 
 def _labels(reader, split):

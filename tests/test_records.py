@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+
 from keras_vit_data import records
 from keras_vit_deploy import datasets
 
@@ -128,7 +129,17 @@ def test_only_the_record_format_spells_the_feature_keys():
     """data/records.py owns the keys; tests/dataset_testing.py writes another project's
     layout (ImageNet's), which happens to use the same names, in its own words."""
     spelled, keys = set(), (records.ENCODED_KEY, records.LABEL_KEY)
-    packages = ("keras_vit", "cli", "data", "deploy", "tools", "trainers", "configs", "benchmarks", ".ci")
+    packages = (
+        "keras_vit",
+        "cli",
+        "data",
+        "deploy",
+        "tools",
+        "trainers",
+        "configs",
+        "benchmarks",
+        ".ci",
+    )
     for folder, _, files in (w for p in packages for w in os.walk(os.path.join(ROOT, p))):
         for name in files:
             if name.endswith(".py"):

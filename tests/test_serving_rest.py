@@ -14,8 +14,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_vit_deploy import rest, serving
 from test_export_savedmodel import ATOL  # the SavedModel-vs-Keras bound, one owner
+
+from keras_vit_deploy import rest, serving
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the export builds TensorFlow graphs"

@@ -6,10 +6,10 @@ einsums the profiler has no count for (2 * 2 * tokens**2 * hidden each block).""
 import keras
 import pytest
 import tensorflow as tf
-from keras_vit_benchmarks import speed_flops
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 import keras_vit
+from keras_vit_benchmarks import speed_flops
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="TensorFlow's graph profiler"

@@ -1,6 +1,7 @@
 """deploy/timing.py: which calls are timed, in which order (no time is asserted)."""
 
 import pytest
+
 from keras_vit_deploy import timing
 
 

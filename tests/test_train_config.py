@@ -5,9 +5,10 @@ does not fit the config."""
 import logging
 
 import pytest
+import trainer_testing as testing
+
 from keras_vit_configs import common, fashion_mnist
 from keras_vit_trainers import train_config
-import trainer_testing as testing
 
 
 def test_defaults_come_from_common_and_the_mode():

@@ -4,14 +4,13 @@ builder's class names in the export) and ImageNet-layout shards without a manife
 
 import json
 import os
-import subprocess
-import time
 
 import keras
 import numpy as np
 import pytest
 import trainer_testing as testing
 from dataset_testing import TFDS_CLASSES, TFDS_NAME, prepare_tfds, write_imagenet_shards
+
 from keras_vit_cli import commands
 
 pytestmark = pytest.mark.skipif(
@@ -66,16 +65,7 @@ def test_tfds_by_name_trains_validates_on_a_slice_resumes_exactly_and_exports_it
         assert json.load(f) == {"class_names": TFDS_CLASSES}
 
     cmd = _tfds_cmd(tfds_dir, run_dir)
-    proc = subprocess.Popen(
-        cmd, cwd=testing.ROOT, env=testing.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    meta = os.path.join(run_dir, "checkpoints", "training_metadata.json")
-    deadline = time.time() + 240
-    while not os.path.exists(meta) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    proc.kill()
-    proc.wait()
-    assert not os.path.exists(os.path.join(run_dir, "metrics.json")), "finished before the kill"
+    testing.kill_after_first_checkpoint(cmd, run_dir)  # SIGKILL: no final checkpoint
     resumed = testing.run(cmd)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from step" in resumed.stderr
@@ -102,7 +92,11 @@ def test_imagenet_layout_shards_without_a_manifest_train(tmp_path):
     write_imagenet_shards(data, "train", 64, 4, seed=0)
     write_imagenet_shards(data, "validation", 16, 2, seed=1)
     run_dir = str(tmp_path / "run")
-    extra = ["--config.total_steps=8", "--config.checkpoint_every=4", "--config.evals.test.every=-1"]
+    extra = [
+        "--config.total_steps=8",
+        "--config.checkpoint_every=4",
+        "--config.evals.test.every=-1",
+    ]
     unnamed = testing.run(testing.trainer_cmd("pretrain", data, run_dir, *extra))
     assert unnamed.returncode == 2
     assert "--config.input.dataset=imagenet_records" in unnamed.stderr.strip().splitlines()[-1]

@@ -8,8 +8,9 @@ import os
 
 import keras
 import pytest
-from keras_vit_configs import cifar10, fashion_mnist
 import trainer_testing as testing
+
+from keras_vit_configs import cifar10, fashion_mnist
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
@@ -172,6 +173,7 @@ def _check(overrides, config=None):
     """config_checks.check on fashion_mnist (pretrain) with `overrides` and no evals, under
     the default strategy: the jit_compile it returns."""
     import tensorflow as tf
+
     from keras_vit_trainers import config_checks, train_config
 
     resolved = train_config.resolve(

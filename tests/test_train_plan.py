@@ -7,6 +7,7 @@ import types
 
 import ml_collections
 import pytest
+
 from keras_vit_trainers import train_lib
 
 ONE_REPLICA = types.SimpleNamespace(num_replicas_in_sync=1)

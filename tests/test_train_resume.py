@@ -1,10 +1,7 @@
 """kill -9 in the middle of a run, rerun the same command: it resumes at the
 checkpointed step and ends with the weights of an uninterrupted run."""
 
-import os
 import re
-import subprocess
-import time
 
 import keras
 import numpy as np
@@ -36,20 +33,7 @@ def test_kill_9_then_resume_equals_uninterrupted(data, tmp_path):
     assert ref.returncode == 0, ref.stderr[-3000:]
 
     cmd = testing.trainer_cmd("pretrain", data, run_dir, *STEPS)
-    proc = subprocess.Popen(
-        cmd,
-        cwd=testing.ROOT,
-        env=testing.env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    meta = os.path.join(run_dir, "checkpoints", "training_metadata.json")
-    deadline = time.time() + 240
-    while not os.path.exists(meta) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    proc.kill()  # SIGKILL: no cleanup, no final checkpoint
-    proc.wait()
-    assert not os.path.exists(os.path.join(run_dir, "metrics.json")), "finished before the kill"
+    testing.kill_after_first_checkpoint(cmd, run_dir)  # SIGKILL: no final checkpoint
 
     resumed = testing.run(cmd)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

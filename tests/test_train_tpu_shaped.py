@@ -49,7 +49,7 @@ def runs(tmp_path_factory):
             )
             for n, d in dirs.items()
         }
-        for n, proc in procs.items():
+        for proc in procs.values():
             _, err = proc.communicate(timeout=600)
             assert proc.returncode == 0, err[-3000:]
     return dirs

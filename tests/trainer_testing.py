@@ -8,10 +8,9 @@ import socket
 import subprocess
 
 import numpy as np
-from keras_vit_cli import commands
 
 from keras_vit.run_directory import RunDirectory
-
+from keras_vit_cli import commands
 from keras_vit_cli.commands import PY, ROOT  # noqa: F401  (the tests' names for them)
 
 # A ViT small enough that a step takes milliseconds: 4x4 patches of 7x7 on 28x28
@@ -124,3 +123,20 @@ def load_weights(model_dir):
 def take(ds, n):
     """The first n (images, labels) batches of a dataset, as numpy arrays."""
     return [(x.numpy(), y.numpy()) for x, y in ds.take(n)]
+
+
+def kill_after_first_checkpoint(cmd, run_dir, timeout=240):
+    """Starts the trainer `cmd` and kill -9s it once RUN/checkpoints has a checkpoint
+    (no cleanup, no final save); asserts it had not finished."""
+    import time
+
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    meta = os.path.join(run_dir, "checkpoints", "training_metadata.json")
+    deadline = time.time() + timeout
+    while not os.path.exists(meta) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    assert not os.path.exists(os.path.join(run_dir, "metrics.json")), "finished before the kill"

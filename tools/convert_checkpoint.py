@@ -21,6 +21,7 @@ directory in that family's layout (config.json + model.safetensors).
 import json
 
 from absl import flags
+
 from keras_vit_cli import console
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import socket
 import threading
 
 from absl import app, flags
+
 from keras_vit_cli import console
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from keras_vit_cli import console
 console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow is imported
 
 from absl import flags
+
 from keras_vit_deploy import datasets, onnx_export, onnx_file, onnx_runtime, preprocessing, serving
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib

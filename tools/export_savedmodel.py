@@ -20,12 +20,12 @@ from keras_vit_cli import console
 console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow is imported
 
 from absl import flags
-from keras_vit_deploy import flags as deploy_flags
-from keras_vit_data import image_header
-from keras_vit_deploy import serving, sources
 
 from keras_vit import run_directory
 from keras_vit.checkpoint import interop
+from keras_vit_data import image_header
+from keras_vit_deploy import flags as deploy_flags
+from keras_vit_deploy import serving, sources
 
 FLAGS = flags.FLAGS
 deploy_flags.define_export_flags("SavedModel directory to write.")

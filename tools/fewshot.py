@@ -26,6 +26,7 @@ if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported
 
 from absl import flags
+
 from keras_vit_configs import common
 from keras_vit_tools import inspect_io
 

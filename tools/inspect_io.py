@@ -30,6 +30,7 @@ def load_model_from_flags():
 
 def _image_files(paths, image_size):
     import tensorflow as tf
+
     from keras_vit_deploy import datasets
 
     pixels = []
@@ -53,9 +54,8 @@ def load_images(pattern, image_size, limit, channels=3):
       (images (N, H, W, channels) float32 in [-1, 1] at `image_size`, labels (N,)
       int64, -1 where unknown).
     """
-    from keras_vit_deploy import datasets, preprocessing
-
     import keras_vit
+    from keras_vit_deploy import datasets, preprocessing
 
     paths = sorted(glob.glob(pattern))
     if not paths:
@@ -81,6 +81,7 @@ def data_split(data_dir, split, flag, given):
     import logging
 
     import tensorflow as tf
+
     from keras_vit_data import records
 
     def shards(name):

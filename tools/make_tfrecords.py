@@ -41,6 +41,7 @@ import os
 import shutil
 
 from absl import app, flags
+
 from keras_vit_cli import console
 
 if __name__ == "__main__":

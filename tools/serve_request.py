@@ -27,6 +27,7 @@ if __name__ == "__main__":
 
 import numpy as np
 from absl import app, flags
+
 from keras_vit_data import records
 from keras_vit_deploy import rest, serving
 

@@ -23,6 +23,7 @@ if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported: our lines only
 
 from absl import app, flags, logging
+
 from keras_vit_tools import figures, inspect_io
 
 inspect_io.define_model_flags()

@@ -4,8 +4,9 @@ import logging
 import os
 
 from absl import app, flags
-from keras_vit_cli import console
 from ml_collections import config_flags
+
+from keras_vit_cli import console
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -162,11 +163,10 @@ def main(mode):
             )
         console.setup()  # again: absl raised its own verbosity to INFO parsing the flags
         # The strategy first: logical CPUs and collectives must be set up before TF starts.
-        from keras_vit_trainers import config_checks, input_pipeline, train_config, train_lib
-        from keras_vit_trainers import strategy as strategy_lib
-
         from keras_vit.checkpoint import CheckpointError
         from keras_vit.run_directory import RunDirectoryError
+        from keras_vit_trainers import config_checks, input_pipeline, train_config, train_lib
+        from keras_vit_trainers import strategy as strategy_lib
 
         try:
             config = train_config.resolve(

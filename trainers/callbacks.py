@@ -11,10 +11,10 @@ import time
 import keras
 import numpy as np
 import tensorflow as tf
-from keras_vit_cli import console
-from keras_vit_trainers.summaries import write_scalar
 
 from keras_vit import run_directory
+from keras_vit_cli import console
+from keras_vit_trainers.summaries import write_scalar
 
 log = logging.getLogger("trainers")
 

@@ -33,6 +33,10 @@ import re
 
 import keras
 import tensorflow as tf
+
+from keras_vit import builders, compilation
+from keras_vit import masked_patch as masked_patch_lib
+from keras_vit.vision_transformer import VisionTransformer
 from keras_vit_trainers import (
     evaluators,
     freeze,
@@ -47,10 +51,6 @@ from keras_vit_trainers import (
 )
 from keras_vit_trainers import strategy as strategy_lib
 from keras_vit_trainers.augment import settings as augment_settings
-
-from keras_vit import builders, compilation
-from keras_vit import masked_patch as masked_patch_lib
-from keras_vit.vision_transformer import VisionTransformer
 
 log = logging.getLogger("trainers")
 

@@ -24,6 +24,7 @@ import logging
 
 import keras
 import tensorflow as tf
+
 from keras_vit_data import readers
 from keras_vit_trainers import fewshot_evaluator, input_pipeline
 from keras_vit_trainers.summaries import write_scalar

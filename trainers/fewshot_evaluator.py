@@ -31,12 +31,12 @@ import logging
 import keras
 import numpy as np
 import tensorflow as tf
-from keras_vit_configs import common
-from keras_vit_data import readers, records
-from keras_vit_cli import console
-from keras_vit_trainers import input_pipeline
 
 from keras_vit import fewshot
+from keras_vit_cli import console
+from keras_vit_configs import common
+from keras_vit_data import readers, records
+from keras_vit_trainers import input_pipeline
 
 log = logging.getLogger("trainers")
 

@@ -42,12 +42,12 @@ import dataclasses
 import logging
 
 import tensorflow as tf
-from keras_vit_data import image_header, readers, records, splits
-from keras_vit_trainers.augment import crops, mixing, randaugment
-from keras_vit_trainers.augment import settings as augment_settings
 
 from keras_vit import preprocessing as keras_vit_preprocessing
 from keras_vit.preprocessing import PIXEL_SCALE
+from keras_vit_data import image_header, readers, records, splits
+from keras_vit_trainers.augment import crops, mixing, randaugment
+from keras_vit_trainers.augment import settings as augment_settings
 
 AUTOTUNE = tf.data.AUTOTUNE
 MEAN, SCALE = PIXEL_SCALE, PIXEL_SCALE  # [0, 255] -> [-1, 1], as the official code.

@@ -17,10 +17,10 @@ task model's `backbone`), so `trainers/finetune.py --init=RUN` starts from them.
 
 import keras
 import ml_collections
-from keras_vit_configs import common
-from keras_vit_trainers import objectives
 
 from keras_vit import masked_patch
+from keras_vit_configs import common
+from keras_vit_trainers import objectives
 
 DEFAULTS = common.MASKED_PATCH
 

@@ -23,6 +23,7 @@ weight decay is applied there with that same learning rate (Keras' own
 
 import keras
 from keras import ops
+
 from keras_vit_trainers import layer_decay as layer_decay_lib
 from keras_vit_trainers.keras_workarounds import ClipAfterAllReduce
 

@@ -25,6 +25,7 @@ trainers/config_checks.py refuses the config (`check_renamed`), with exit code 2
 import logging
 
 import ml_collections
+
 from keras_vit_configs import common
 
 MODES = tuple(common.TRAINER_DEFAULTS)

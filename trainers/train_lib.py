@@ -20,6 +20,9 @@ import time
 
 import keras
 import tensorflow as tf
+
+from keras_vit import run_directory
+from keras_vit_data import readers
 from keras_vit_trainers import callbacks as callbacks_lib
 from keras_vit_trainers import (
     config_checks,
@@ -35,10 +38,7 @@ from keras_vit_trainers import (
     schedules,
 )
 from keras_vit_trainers import strategy as strategy_lib
-from keras_vit_data import readers
 from keras_vit_trainers.callbacks import TrainingDivergedError  # noqa: F401  (raised by run)
-
-from keras_vit import run_directory
 
 log = logging.getLogger("trainers")
 

@@ -9,6 +9,7 @@ the seeds from (seed, epoch, index)). Images are (H, W, 3), 0..255.
 """
 
 import tensorflow as tf
+
 from keras_vit_trainers.augment.settings import CROPS
 
 

@@ -19,6 +19,7 @@ Mixup / CutMix (`mix_batch`), on each per-replica batch, after the objective's
 """
 
 import tensorflow as tf
+
 from keras_vit_trainers.augment.randaugment import paste
 
 MIX_KEY = 0x6D6978  # keeps batch (mixing) seeds apart from per-example seeds
