@@ -177,20 +177,6 @@ def measure(name, model, info, work_dir):
     }
 
 
-def check_output(path):
-    """Creates the folder of --json=`path` and checks a file can be written there
-    (console.UserError naming the flag otherwise)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        if os.path.isdir(path) or not os.access(folder, os.W_OK):
-            raise PermissionError(f"not a writable file in {folder}")
-    except OSError as e:
-        raise console.UserError(
-            f"--json={path}: cannot write there ({console.error_line(e)}; give another --json=FILE)"
-        ) from e
-
-
 def main(argv):
     del argv
     builders = {"fashion_mnist": fashion_mnist_model, "vit_ti16": vit_ti16_model}
@@ -200,7 +186,7 @@ def main(argv):
             f"--models={','.join(FLAGS.models)}: no model {', '.join(unknown)} "
             f"(give {' or '.join(builders)})"
         )
-    check_output(FLAGS.json)  # before minutes of measuring, not after
+    console.check_output(FLAGS.json, "--json")  # before minutes of measuring, not after
     print(describe(machine_info()), flush=True)
     summary = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "models": {}}
     start = time.perf_counter()

@@ -405,6 +405,21 @@ def user_error(error):
     return None
 
 
+def check_output(path, flag):
+    """Creates the folder of the output file `path` (given as `flag`, e.g. "--json") and
+    checks a file can be written there, so that a program fails before its work, not
+    after it (a UserError naming the flag otherwise)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if os.path.isdir(path) or not os.access(folder, os.W_OK):
+            raise PermissionError(f"not a writable file in {folder}")
+    except OSError as e:
+        raise UserError(
+            f"{flag}={path}: cannot write there ({error_line(e)}; give another {flag}=FILE)"
+        ) from e
+
+
 def error_line(error):
     """The one line a user's mistake prints (without 'error: '): the message's last
     non-empty line where it has several (a download's cause comes last), the path an
