@@ -61,11 +61,20 @@ class Reader:
     image_key: str = records.ENCODED_KEY
     label_key: str = records.LABEL_KEY
     label_offset: int = 0
+    # The splits already listed (and scanned or counted): a run asks for its training
+    # split in train_lib and again in every input pipeline's train_dataset.
+    _splits: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def split(self, name, strict=False, verify_max_bytes=VERIFY_MAX_BYTES):
         """The `records.Split` of `name` (DataError naming the dataset and its splits
-        when it has no such split)."""
-        return self.split_fn(name, strict=strict, verify_max_bytes=verify_max_bytes)
+        when it has no such split), listed once per reader: later calls get a copy."""
+        key = (name, bool(strict), int(verify_max_bytes))
+        if key not in self._splits:
+            self._splits[key] = self.split_fn(
+                name, strict=strict, verify_max_bytes=verify_max_bytes
+            )
+        info = self._splits[key]
+        return dataclasses.replace(info, files=list(info.files), counts=list(info.counts))
 
     def has_split(self, name):
         """Whether `name` is a split of the dataset (or, for TFDS, a slice of one)."""
@@ -202,20 +211,18 @@ def open_imagenet_records(data_dir, num_classes, label_offset):
             f"--data_dir={data_dir}: no shards named like train-00000-of-01024 "
             f"(--config.input.dataset={IMAGENET_RECORDS})"
         )
-    counted = {}
 
     def split_fn(name, strict, verify_max_bytes):
+        del strict, verify_max_bytes  # the headers are read whole: a cut file is an error
         if name not in shards:
             raise DataError(
                 f"--data_dir={data_dir}: no split {name!r} (has {', '.join(sorted(shards))})"
             )
-        if name not in counted:
-            files = shards[name]
-            with concurrent.futures.ThreadPoolExecutor(min(16, len(files))) as pool:
-                counts = list(pool.map(count_records, files))
-            check_imagenet_example(files[0], int(num_classes), int(label_offset))
-            counted[name] = records.Split(name, list(files), counts, sum(counts))
-        return dataclasses.replace(counted[name], counts=list(counted[name].counts))
+        files = shards[name]
+        with concurrent.futures.ThreadPoolExecutor(min(16, len(files))) as pool:
+            counts = list(pool.map(count_records, files))
+        check_imagenet_example(files[0], int(num_classes), int(label_offset))
+        return records.Split(name, list(files), counts, sum(counts))
 
     return Reader(
         description=f"{data_dir} (ImageNet-layout shards, label_offset={label_offset})",

@@ -82,7 +82,3 @@ def first_examples(info, max_examples):
             f"{info.num_examples} usable examples"
         )
     return records.first_examples(info, max_examples)
-
-
-def get_num_classes(data_dir):
-    return int(records.read_manifest(data_dir)["num_classes"])

@@ -62,7 +62,6 @@ Split = records.Split
 read_manifest = records.read_manifest
 get_split = splits.get_split
 first_examples = splits.first_examples
-get_num_classes = splits.get_num_classes
 
 
 # --- parsing and preprocessing ---------------------------------------------
