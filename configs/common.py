@@ -119,6 +119,12 @@ def base_config(model="ViT_B16"):
     c.jit_compile = config_dict.FieldReference("auto", field_type=object)
     c.deterministic_ops = False
     c.checkpoint_every = 1000
+    # TensorBoard points between checkpoints: the means of the last log_every steps
+    # (0: one point per checkpoint interval only; trainers/callbacks.py RunLogger).
+    c.log_every = 100
+    # Seconds a collective waits for the other workers before the run ends with one line
+    # naming the lost worker (exit code 4; trainers/faults.py). Multi-worker runs only.
+    c.collective_timeout = 600
     c.train_split = "train"
     c.train_examples = 0  # > 0: only the first N examples of train_split
     # Evaluators by name (trainers/evaluators.py); metrics.json has <name>_<metric>. Model

@@ -142,6 +142,8 @@ VALUE_KEYS = (
     "beta1",
     "beta2",
     "checkpoint_every",
+    "log_every",  # TensorBoard points: the same steps and callbacks on any value
+    "collective_timeout",  # multi-worker collectives' timeout: a value of the strategy
     "train_split",
     "input.area_range",
     "input.shuffle_buffer",

@@ -2,6 +2,7 @@
 
 import logging
 import os
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -165,7 +166,13 @@ def main(mode):
         # The strategy first: logical CPUs and collectives must be set up before TF starts.
         from keras_vit.checkpoint import CheckpointError
         from keras_vit.run_directory import RunDirectoryError
-        from keras_vit_trainers import config_checks, input_pipeline, train_config, train_lib
+        from keras_vit_trainers import (
+            config_checks,
+            faults,
+            input_pipeline,
+            train_config,
+            train_lib,
+        )
         from keras_vit_trainers import strategy as strategy_lib
 
         try:
@@ -178,8 +185,11 @@ def main(mode):
         _check_init(FLAGS.init)
         _warn_replicas(FLAGS.cpu_replicas)
         cleanup = _remover(FLAGS.model_dir)
+        strategy = None
         try:
-            strategy = strategy_lib.make_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.cpu_replicas)
+            strategy = strategy_lib.make_strategy(
+                FLAGS.strategy, FLAGS.tpu, FLAGS.cpu_replicas, config.get("collective_timeout")
+            )
             train_lib.run(
                 config,
                 data_dir=FLAGS.data_dir,
@@ -203,7 +213,15 @@ def main(mode):
             _fail(console.error_line(e), 2)
         except train_lib.TrainingDivergedError as e:
             _fail(e, 3)
+        except faults.Preempted as e:
+            log.warning("%s", e)
+            sys.exit(faults.EXIT_PREEMPTED)
         except Exception as e:  # a download, a missing file: one line; a bug: its traceback
+            lost = faults.lost_worker_line(
+                e, strategy_lib.this_task(), config.get("collective_timeout")
+            )
+            if lost and strategy_lib.kind(strategy) == "multi_worker":
+                _fail(lost, faults.EXIT_LOST_WORKER)
             console.exit_on_user_error(e, cleanup)
             raise
 

@@ -150,11 +150,30 @@ def check_sizes(config):
                 break
 
 
+def check_watching(config):
+    """config.log_every (0: off) and collective_timeout (seconds) not negative numbers."""
+    log_every = config.get("log_every")
+    if log_every is not None and not (isinstance(log_every, int) and log_every >= 0):
+        raise ConfigError(
+            f"--config.log_every={log_every!r}: expected a step count >= 0 (0: no points "
+            "between checkpoints)"
+        )
+    timeout = config.get("collective_timeout")
+    if timeout is not None and not (
+        isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
+    ):
+        raise ConfigError(
+            f"--config.collective_timeout={timeout!r}: expected seconds > 0 (how long a "
+            "worker waits for a lost peer before the run ends)"
+        )
+
+
 def check_values(config):
     """The checks that need neither the strategy nor the data (renamed keys, sizes, the
     model, the objective): trainers/app.py runs them before anything is made."""
     check_renamed(config)
     check_sizes(config)
+    check_watching(config)
     check_model(config)
     return check_objective(config)
 

@@ -76,8 +76,10 @@ def _tpu_available():
     return None
 
 
-def make_strategy(name="auto", tpu=None, cpu_replicas=1):
-    """Returns the tf.distribute.Strategy for `--strategy=name`."""
+def make_strategy(name="auto", tpu=None, cpu_replicas=1, collective_timeout=None):
+    """Returns the tf.distribute.Strategy for `--strategy=name`. `collective_timeout`:
+    seconds a multi-worker collective waits for its peers (None: forever), so that a
+    lost worker ends the run (trainers/faults.py) instead of hanging it."""
     if name not in STRATEGIES:
         raise ValueError(f"--strategy={name!r}: expected one of {', '.join(STRATEGIES)}")
     if name == "tpu" or (name == "auto" and tpu):
@@ -89,7 +91,10 @@ def make_strategy(name="auto", tpu=None, cpu_replicas=1):
             )
         else:
             json.loads(os.environ["TF_CONFIG"])  # fail early on malformed JSON
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        options = tf.distribute.experimental.CommunicationOptions(
+            timeout_seconds=float(collective_timeout) if collective_timeout else None
+        )
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     if name == "auto":
         strategy = _tpu_available()
         if strategy is not None:
@@ -152,3 +157,12 @@ def is_chief(strategy):
 def worker_index(strategy):
     resolver = getattr(strategy, "cluster_resolver", None)
     return int(getattr(resolver, "task_id", 0) or 0) if resolver is not None else 0
+
+
+def this_task():
+    """(job, index) of this process in TF_CONFIG's cluster, or None without one."""
+    try:
+        task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task") or {}
+    except (ValueError, AttributeError):
+        return None
+    return (task["type"], int(task.get("index", 0))) if task.get("type") else None

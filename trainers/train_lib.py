@@ -28,6 +28,7 @@ from keras_vit_trainers import (
     config_checks,
     curves,
     evaluators,
+    faults,
     freeze,
     input_pipeline,
     input_spec,
@@ -131,15 +132,16 @@ def init_hint(init):
 @dataclasses.dataclass
 class Plan:
     """The run's sizes: the global batch of one update, micro-batches per update,
-    steps, the checkpoint interval (one Keras epoch), where training resumes and the
-    checkpoint folder it resumes from (this worker's)."""
+    steps, the checkpoint interval (one Keras epoch), the step training resumes at
+    (inside an interval after a preemption) and the checkpoint folder it resumes from
+    (this worker's)."""
 
     batch: int
     accum: int
     steps_per_execution: int
     total_steps: int
     every: int
-    start_epoch: int
+    start_step: int
     checkpoint_dir: str
 
     @property
@@ -147,8 +149,20 @@ class Plan:
         return self.total_steps // self.every
 
     @property
-    def start_step(self):
-        return self.start_epoch * self.every
+    def start_epoch(self):
+        return self.start_step // self.every
+
+    def segments(self):
+        """[(first epoch, end epoch, steps per epoch, first step)]: the `fit` calls of
+        the run. One, unless it resumes inside an interval: the interval's rest first."""
+        start, every = self.start_step, self.every
+        out = []
+        if start % every:
+            out.append((start // every, start // every + 1, every - start % every, start))
+            start += every - start % every
+        if start < self.total_steps:
+            out.append((start // every, self.epochs, every, start))
+        return out
 
 
 class PlanError(ValueError):
@@ -184,20 +198,27 @@ def _checkpoint_interval(total_steps, checkpoint_every, steps_per_execution):
     return every, max(every, round(total_steps / every) * every)
 
 
-def _saved_epoch(checkpoint_dir):
-    """The last checkpointed epoch (0: none); PlanError where its metadata is unreadable."""
+def _resume_step(strategy, checkpoint_dir, every):
+    """The step this run resumes at (0: none), the same on every worker
+    (faults.resume_step); PlanError where a checkpoint's metadata is unreadable or the
+    workers hold no common step."""
     try:
-        return callbacks_lib.RunCheckpoint.saved_epoch(checkpoint_dir)
-    except run_directory.RunDirectoryError as e:
+        held = callbacks_lib.RunCheckpoint.saved_steps(checkpoint_dir, every)
+        step, which = faults.resume_step(strategy, held)
+    except (run_directory.RunDirectoryError, faults.ResumeMismatch) as e:
         raise PlanError(str(e)) from e
+    if which == "previous":
+        log.info("resuming from the previous checkpoint (step %d), which every worker holds", step)
+        callbacks_lib.RunCheckpoint.use_previous(checkpoint_dir)
+    return step
 
 
-def _check_resume(checkpoint_dir, planned, saved_epoch):
+def _check_resume(checkpoint_dir, planned, saved_step):
     """Refuses to resume checkpoints counted in another plan's steps (PlanError). With no
     checkpoint yet (a fresh run, or one stopped before its first) the plan is
     (re)written: there is nothing to resume, so any plan may start."""
     path = os.path.join(checkpoint_dir, PLAN_FILE)
-    if not saved_epoch:
+    if not saved_step:
         with run_directory.open_file(path, "w") as f:
             json.dump(planned, f)
         return
@@ -246,14 +267,13 @@ def plan(config, strategy, checkpoint_dir):
             total_steps,
             every,
         )
-    saved_epoch = _saved_epoch(checkpoint_dir)
+    saved_step = _resume_step(strategy, checkpoint_dir, every)
     _check_resume(
         checkpoint_dir,
         {"total_steps": total_steps, "every": every, "steps_per_execution": spe, "batch": batch},
-        saved_epoch,
+        saved_step,
     )
-    start_epoch = min(saved_epoch, total_steps // every)
-    return Plan(batch, accum, spe, total_steps, every, start_epoch, checkpoint_dir)
+    return Plan(batch, accum, spe, total_steps, every, min(saved_step, total_steps), checkpoint_dir)
 
 
 def _set_precision(config, strategy):
@@ -308,18 +328,21 @@ def open_data(config, data_dir):
     return reader
 
 
-def train_data(strategy, data, spec, plan, model_dir=None):
-    """The run's distributed training stream: `spec`'s, resumed at plan.start_step
-    (through spec.data_service: the tf.data service job of model_dir, seed and step)."""
-    job_name = input_pipeline.service_job_name(model_dir, spec.seed, plan.start_step)
+def train_data(strategy, data, spec, plan, model_dir=None, start_step=None):
+    """The run's distributed training stream: `spec`'s, from `start_step` (default
+    plan.start_step; through spec.data_service: the tf.data service job of model_dir,
+    seed and step)."""
+    start_step = plan.start_step if start_step is None else start_step
+    job_name = input_pipeline.service_job_name(model_dir, spec.seed, start_step)
     return input_pipeline.distributed_train_dataset(
-        strategy, data, spec, plan.batch, start_step=plan.start_step, job_name=job_name
+        strategy, data, spec, plan.batch, start_step=start_step, job_name=job_name
     )
 
 
-def fit(model, config, strategy, data, plan, run, chief, evals, reader, spec):
-    """`model.fit` with the run's callbacks; raises TrainingDivergedError on NaN.
-    Returns the RunLogger (train figures)."""
+def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spec):
+    """`model.fit` with the run's callbacks, once per `plan.segments()` on the stream
+    `make_data(first step)`; raises TrainingDivergedError on NaN and faults.Preempted
+    after a SIGTERM. Returns the RunLogger (train figures)."""
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         batch = next(
             iter(
@@ -332,14 +355,17 @@ def fit(model, config, strategy, data, plan, run, chief, evals, reader, spec):
             )
         )
         keras_workarounds.prepare_multi_worker_fit(model, strategy, batch)
-    guard = callbacks_lib.NanGuard(plan.every)
+    guard = callbacks_lib.NanGuard()
     checkpoint_dir = plan.checkpoint_dir
     logger = callbacks_lib.RunLogger(
-        plan.every, plan.batch, plan.total_steps, run if chief else None
+        plan.every, plan.batch, plan.total_steps, run if chief else None, config.log_every
     )
+    checkpoint = callbacks_lib.RunCheckpoint(checkpoint_dir, guard, plan.every)
+    watch = faults.PreemptionWatch(strategy, checkpoint)
     callbacks = [
         guard,
-        callbacks_lib.RunCheckpoint(checkpoint_dir, guard),
+        checkpoint,
+        watch,  # after the checkpoint's restore, before anything logs the stopped step
         logger,
         evaluators.EvaluatorCallback(evals, run, chief),
     ]
@@ -349,17 +375,23 @@ def fit(model, config, strategy, data, plan, run, chief, evals, reader, spec):
                 plan.total_steps, plan.batch, plan.start_step, plan.steps_per_execution
             )
         )
-    model.fit(
-        data,
-        epochs=plan.epochs,
-        initial_epoch=plan.start_epoch,
-        steps_per_epoch=plan.every,
-        callbacks=callbacks,
-        shuffle=False,  # the stream shuffles itself, seeded (input_pipeline); Keras' flag is moot
-        verbose=0,
-    )
+    with watch:
+        for first_epoch, end_epoch, steps, first_step in plan.segments():
+            model.fit(
+                make_data(first_step),
+                epochs=end_epoch,
+                initial_epoch=first_epoch,
+                steps_per_epoch=steps,
+                callbacks=callbacks,
+                shuffle=False,  # the stream shuffles itself, seeded (input_pipeline)
+                verbose=0,
+            )
+            if model.stop_training:
+                break
+    if watch.preempted_step is not None:
+        raise faults.Preempted(watch.preempted_step, checkpoint_dir)
     if guard.bad_step is not None:
-        last = callbacks_lib.RunCheckpoint.saved_epoch(checkpoint_dir) * plan.every
+        last = callbacks_lib.RunCheckpoint.saved_step(checkpoint_dir, plan.every)
         raise TrainingDivergedError(
             f"loss became NaN/inf at step {guard.bad_step}; training stopped. The last good "
             f"checkpoint (step {last}) is kept in {checkpoint_dir}; lower the learning rate "
@@ -431,8 +463,11 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
     )
     context = evaluators.Context(reader, spec, objective, strategy, sizes.batch)
     evals = evaluators.build(config.evals, context)
-    data = train_data(strategy, reader, spec, sizes, model_dir)
-    logger = fit(model, config, strategy, data, sizes, run, chief, evals, reader, spec)
+
+    def make_data(start_step):
+        return train_data(strategy, reader, spec, sizes, model_dir, start_step)
+
+    logger = fit(model, config, strategy, make_data, sizes, run, chief, evals, reader, spec)
 
     step = int(model.optimizer.iterations.numpy())
     metrics = {"step": step, **final_evaluations(model, evals, step, run, chief)}
