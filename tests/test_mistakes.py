@@ -123,6 +123,17 @@ def _mistakes(data, out, grey):
             f"--run_dir={j('norun')}",
             [],
         ),
+        "fewshot output_json": (  # checked before the model is loaded
+            _tool(
+                "fewshot",
+                f"--run_dir={j('norun')}",
+                f"--data_dir={data}",
+                "--output_json=/dev/null/x.json",
+            ),
+            2,
+            "--output_json=/dev/null/x.json: cannot write there",
+            [],
+        ),
         "visualize": (
             _tool(
                 "visualize",
