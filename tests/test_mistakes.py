@@ -80,6 +80,20 @@ def _mistakes(data, out, grey):
             "cannot download https://",
             [run],
         ),
+        "finetune unknown init": (  # one line and no run directory (built, then refused)
+            commands.trainer_command(
+                "finetune",
+                "configs/fashion_mnist.py",
+                data,
+                run,
+                "--strategy=default",
+                "--init=imagenet22k",
+            ),
+            2,
+            "--init=imagenet22k: weights='imagenet22k' is neither an existing file nor a "
+            "registered checkpoint name",
+            [run],
+        ),
         "finetune no init": (
             _trainer("finetune", data, out, "--strategy=default", "--init=" + j("no.npz")),
             2,
