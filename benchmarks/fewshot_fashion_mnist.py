@@ -5,8 +5,10 @@ hand. A measurement, not a test.
 
   python benchmarks/fewshot_fashion_mnist.py --run_dir=/tmp/fmnist_run --epochs=2
 
-The model is configs/fashion_mnist.py's (patch 4, hidden 96, MLP 192, 3 heads,
-4 layers, GAP, 28x28 px); AdamW with warmup + cosine, no augmentation.
+The model (patch 4, hidden 96, MLP 192, 3 heads, 4 layers, GAP, 28x28 px) was
+configs/fashion_mnist.py's until 2026-12-01 (that config has since grown; the demo's run,
+`tools/demo.py`, is the model docs/inspect.md looks at); AdamW with warmup + cosine, no
+augmentation.
 RUN/model_config.json + RUN/model.weights.h5 + RUN/metrics.json as trainers write;
 metrics.json also names the machine (benchmarks/machine.py: CPU kinds differ up to 4x).
 """

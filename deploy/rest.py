@@ -293,12 +293,48 @@ def encode_response(outputs, columnar):
     return {"predictions": rows}
 
 
+def _dims(shape):
+    return "x".join("?" if d is None else str(d) for d in shape)
+
+
+def check_shapes(request, specs):
+    """RequestError unless each of the request's tensors fits the shape of its input's
+    TensorSpec (`specs`: {input name: tf.TensorSpec}, a signature's
+    `structured_input_signature[1]`); a restored signature would raise a TypeError
+    printing the whole tensor. Pixels whose channel count alone differs (a grey image
+    for an RGB model) are named as such, with both counts."""
+    where = "inputs" if request.columnar else "instances"
+    for name, value in sorted(request.inputs.items()):
+        shape = specs[name].shape
+        if shape.is_compatible_with(value.shape):
+            continue
+        expected = shape.as_list()
+        if (
+            len(expected) == value.ndim == 4
+            and shape[:-1].is_compatible_with(value.shape[:-1])
+            and value.dtype.kind in "uf"
+        ):
+            raise RequestError(
+                f"{where}: {value.shape[-1]}-channel images for signature "
+                f"'{request.signature_name}', whose input '{name}' takes "
+                f"{expected[-1]}-channel {_dims(expected[1:])} pixels (convert the images, "
+                f"or send the encoded files to '{SERVING_DEFAULT}', which converts them)."
+            )
+        raise RequestError(
+            f"{where}: input '{name}' of shape {_dims(value.shape)}; signature "
+            f"'{request.signature_name}' takes {_dims(expected)} (? any size)."
+        )
+
+
 def predict(loaded, body):
     """What TF Serving answers to `body` for a SavedModel loaded with
     tf.saved_model.load, in process: the response object. RequestError for a body
-    it refuses; the signature's own errors (tf.errors.InvalidArgumentError) pass."""
+    it refuses or whose tensors do not fit the signature's shapes (`check_shapes`);
+    the signature's own errors (tf.errors.InvalidArgumentError) pass."""
     request = decode_request(body, signature_inputs(loaded))
-    outputs = loaded.signatures[request.signature_name](**request.inputs)
+    function = loaded.signatures[request.signature_name]
+    check_shapes(request, function.structured_input_signature[1])
+    outputs = function(**request.inputs)
     return encode_response(
         {name: value.numpy() for name, value in outputs.items()}, request.columnar
     )

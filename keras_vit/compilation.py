@@ -30,11 +30,12 @@ The measurements it comes from (docs/speed.md, "Which compilation `predict` and
 Hence: no XLA where the compute dtype is bfloat16 and the CPU has bfloat16
 dot-product instructions (`BF16_DOT_FLAGS`), and where the compute dtype is float32 and
 the CPU has AVX-512 (`avx512f`: oneDNN's widest float32 kernels); XLA everywhere else on
-CPU-only TensorFlow. Measured on a CPU with AMX-BF16, AVX512-BF16 and AVX-512; a CPU
-with AVX512-BF16 but no AMX (Cooper Lake, AMD Zen 4) is inferred for bfloat16: oneDNN's
-bfloat16 dot products there are still at least as fast as its float32 ones, which is all
-no-XLA needs to win (under XLA, bfloat16 runs below float32 speed); an AVX-512 CPU
-without AMX (Skylake-X, Ice Lake) is inferred for float32, which AMX does not compute.
+CPU-only TensorFlow. Measured on a CPU with AMX-BF16, AVX512-BF16 and AVX-512, and on AMD
+Zen 4 (AVX512-BF16, no AMX; docs/speed.md, 2026-12-03, ViT-B/16 predict_on_batch, three
+runs): bfloat16 1.87x faster without XLA at batch 8, 1.36x at batch 1; float32 0.96x / 0.95x
+(XLA ahead by less than the rounds' spread, so the rule stands there). Cooper Lake and Zen 5
+(AVX512-BF16, no AMX) are inferred from Zen 4; an AVX-512 CPU without AMX (Skylake-X, Ice
+Lake) is inferred for float32, which AMX does not compute.
 float16, float32 on AVX2-only CPUs (the EPYC, measured before the fusion) and every
 unmeasured case keep XLA, the choice measured as the better one on a CPU without
 bfloat16 hardware; so does a CPU whose flags cannot be read (not Linux; ARM): its worst

@@ -5,7 +5,8 @@
 URL is downloaded once into the cache, a path is read), builds
 `VisionTransformer(**arguments)` with what the checkpoint records where the
 arguments leave it open (resolution, channels, classifier, pre_logits width,
-classes: `CHECKPOINT_DEFAULTS`), then assigns the checkpoint's arrays
+classes: `CHECKPOINT_DEFAULTS`; and the sizes, `ARCHITECTURE`, where the file records a
+whole model config: a run directory, a `.keras` file), then assigns the checkpoint's arrays
 (`keras_vit.checkpoint.loader.load`). The named builders (`ViT_B16(weights=...)`,
 `HybridViT`, `build_model`) are `from_weights` calls, as keras.applications'
 functions and keras-hub's `from_preset` build, then load.
@@ -31,6 +32,12 @@ CHECKPOINT_DEFAULTS = (
     *FAMILY_OPTIONS,
     "preprocessing",  # the input normalisation a timm / transformers file states
 )
+
+
+# The sizes a whole model config records (a run directory's or a `.keras` file's, a timm /
+# transformers config.json's: `Source.config`): `from_weights` takes them from it where
+# the arguments do not give them, as it takes `CHECKPOINT_DEFAULTS` from any checkpoint.
+ARCHITECTURE = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers", "resnet")
 
 
 def from_weights(weights, **arguments):
@@ -81,6 +88,14 @@ def from_weights(weights, **arguments):
             given["resnet"],
         )
         opened = source.open_source(weights, arch)
+    recorded = {
+        key: opened.config[key]
+        for key in ARCHITECTURE
+        if opened.config and key in opened.config and key not in arguments
+    }
+    if recorded:
+        arguments = {**recorded, **arguments}
+        given = VisionTransformer.given_arguments(**arguments)
     model = VisionTransformer(**with_checkpoint_defaults(arguments, given, opened.metadata))
     return loader.load(model, opened, posemb_resize)
 

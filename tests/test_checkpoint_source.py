@@ -101,6 +101,22 @@ def test_keras_files_are_read_without_a_second_model(saved, monkeypatch, rng, na
     )
 
 
+def test_a_file_that_records_the_model_needs_no_arguments(saved, rng):
+    """A .keras file or a run directory records the whole model: `from_weights(path)`
+    builds its sizes (README, "Checkpoints"); an argument given still wins."""
+    params, model, folder = saved
+    run_directory.RunDirectory(str(folder / "run")).write_model(model)
+    x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    for path in (folder / "model.keras", folder / "run"):
+        built = keras_vit.from_weights(str(path))
+        assert (built.hidden_size, built.num_layers, built.image_size) == (16, 2, (32, 32))
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(built(x)), vit_forward(params, x, num_layers=2), atol=1e-5
+        )
+    with pytest.raises(CheckpointError):
+        keras_vit.from_weights(str(folder / "run"), hidden_size=32)
+
+
 def test_bfloat16_weights_are_read(tmp_path):
     """Keras stores bfloat16 variables with a dtype attribute; they load exactly
     (bfloat16 values are float32 values)."""

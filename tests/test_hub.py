@@ -111,7 +111,9 @@ def test_offline_is_one_error_naming_repository_and_cache(error, huggingface_hub
 def test_without_huggingface_hub_says_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # `import` raises ImportError
     with pytest.raises(
-        ImportError, match=r"timm/vit_x.*pip install 'keras_vit\[hub\]'.*into a folder"
+        ImportError,
+        match=r"timm/vit_x.*pip install -e '\.\[hub\]' in a clone \(pip install "
+        r"'keras_vit\[hub\]' from the wheel\).*into a folder",
     ):
         keras_vit.from_weights("hf-hub:timm/vit_x", **FIXTURE_SIZES)
 

@@ -107,6 +107,32 @@ def test_visualize_writes_the_four_figures(data_dir, run_dir, tmp_path):
     # Patch centres 4 px apart on a 4x4 grid: distances lie in [0, diagonal].
     assert (distance > 0).all() and (distance < np.hypot(12, 12)).all()
     assert len(numbers["filter_explained_variance"]) == 6
+    assert numbers["images"] == f"the test split of {data_dir}"
+
+
+def test_the_attention_figures_name_their_images_and_units(monkeypatch, tmp_path):
+    """The rollout and distance figures say which images (the split) they show, and
+    the distance its unit; checked on the figures before they are saved."""
+    from keras_vit_tools import figures
+
+    titles = []
+
+    def texts(fig, path):
+        titles.append(
+            [fig._suptitle.get_text() if fig._suptitle else ""]
+            + [t for ax in fig.axes for t in (ax.get_title(), ax.get_ylabel(), ax.get_xlabel())]
+        )
+        figures.plt.close(fig)
+
+    monkeypatch.setattr(figures, "_save", texts)
+    source = "the validation split of DATA"
+    images = np.zeros((2, 8, 8, 3))
+    figures.attention_overlays(images, np.ones((2, 2, 2)), "x.png", None, source)
+    figures.attention_distance(np.ones((2, 3)), "y.png", (8, 8), 2.0, 5, source)
+    overlays, distance = titles
+    assert f"2 images from {source}; each map scaled to a maximum of 1" in overlays
+    assert "3 heads, 8x8 px input,\nmean over 5 images from " + source in distance
+    assert "mean attention distance (pixels)" in distance
 
 
 def test_images_are_read_from_files_and_tfrecords_and_a_bad_glob_is_named(data_dir, tmp_path):
@@ -155,6 +181,10 @@ def test_fewshot_tool_reports_every_shot_count(data_dir, run_dir, tmp_path):
     )
     saved = json.loads(output.read_text())
     assert set(saved["results"]) == {"1", "5", "10"}
+    # The numbers name their split and unit, in the file and the printed line.
+    assert (saved["train_split"], saved["test_split"]) == ("train", "test")
+    assert saved["metric"].startswith("accuracy on test_split, a fraction")
+    assert "few-shot accuracy on the test split (k-shot sets from train)" in result.stdout
     for k in ("1", "5", "10"):
         assert f"{k}-shot:" in result.stdout
         assert len(saved["results"][k]["per_seed"]) == 2

@@ -80,6 +80,20 @@ def _mistakes(data, out, grey):
             "cannot download https://",
             [run],
         ),
+        "finetune unknown init": (  # one line and no run directory (built, then refused)
+            commands.trainer_command(
+                "finetune",
+                "configs/fashion_mnist.py",
+                data,
+                run,
+                "--strategy=default",
+                "--init=imagenet22k",
+            ),
+            2,
+            "--init=imagenet22k: weights='imagenet22k' is neither an existing file nor a "
+            "registered checkpoint name",
+            [run],
+        ),
         "finetune no init": (
             _trainer("finetune", data, out, "--strategy=default", "--init=" + j("no.npz")),
             2,
@@ -121,6 +135,17 @@ def _mistakes(data, out, grey):
             _tool("fewshot", f"--run_dir={j('norun')}", f"--data_dir={data}"),
             2,
             f"--run_dir={j('norun')}",
+            [],
+        ),
+        "fewshot output_json": (  # checked before the model is loaded
+            _tool(
+                "fewshot",
+                f"--run_dir={j('norun')}",
+                f"--data_dir={data}",
+                "--output_json=/dev/null/x.json",
+            ),
+            2,
+            "--output_json=/dev/null/x.json: cannot write there",
             [],
         ),
         "visualize": (

@@ -374,3 +374,33 @@ def test_the_documented_python_client_runs(served, images, server_url, tmp_path,
     direct = loaded.signatures[serving.SERVING_DEFAULT](images=tf.constant([png]))
     names = direct["top_k_names"].numpy()[0].astype(bytes).astype(str).tolist()
     assert printed == [(names, direct["top_k_scores"].numpy()[0].tolist())]
+
+
+def test_an_image_of_other_channels_is_one_line_naming_both(served, images, server_url, tmp_path):
+    """A grey image sent as pixels to an RGB model: RequestError naming both channel
+    counts, in process and as the stand-in server's answer to tools/serve_request.py
+    (one line, exit 1: the server refused it), never a TypeError printing the tensor."""
+    _, loaded = served
+    grey = images[0][:1, :, :, :1]
+    for columnar in (False, True):
+        body = rest.predict_request(grey, serving.PREDICT_IMAGES, columnar=columnar)
+        with pytest.raises(
+            rest.RequestError,
+            match=r"^(instances|inputs): 1-channel images for signature 'predict_images', "
+            r"whose input 'images' takes 3-channel 28x28x3 pixels \(convert",
+        ):
+            rest.predict(loaded, json.dumps(body))
+    body = rest.predict_request(images[0][:1, :20], serving.PREDICT_IMAGES)
+    with pytest.raises(rest.RequestError, match=r"of shape 1x20x28x3; .* takes \?x28x28x3"):
+        rest.predict(loaded, json.dumps(body))
+
+    path = str(tmp_path / "grey.png")
+    with open(path, "wb") as f:
+        f.write(tf.io.encode_png(grey[0]).numpy())
+    signature = f"--signature={serving.PREDICT_IMAGES}"
+    result = et.run_tool(["tools/serve_request.py", f"--url={server_url}:predict", signature, path])
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert lines[-1].startswith("error: HTTP 400: instances: 1-channel images for signature")
+    assert sum(line.startswith("error: ") for line in lines) == 1, result.stderr[-3000:]

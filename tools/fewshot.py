@@ -54,6 +54,10 @@ flags.DEFINE_string("output_json", None, "Write the results here too.")
 FLAGS = flags.FLAGS
 
 
+# What `results` hold, said in the JSON and the printed line: their unit and split.
+METRIC = "accuracy on test_split, a fraction (mean and std over the seeds)"
+
+
 def run(model, data_dir, batch_size=256, **options):
     """Few-shot results of `model` on `data_dir` (keras_vit.fewshot.evaluate) and a
     dict describing the run. `options`: trainers.fewshot_evaluator.DEFAULTS."""
@@ -74,6 +78,9 @@ def run(model, data_dir, batch_size=256, **options):
         "num_seeds": evaluator.options["num_seeds"],
         "max_train_examples": evaluator.options["max_train_examples"],
         "max_test_examples": evaluator.options["max_test_examples"],
+        "train_split": evaluator.options["train_split"],
+        "test_split": evaluator.options["test_split"],
+        "metric": METRIC,
         "examples_extracted": dict(evaluator.examples_extracted),
         "seconds": round(time.perf_counter() - start, 1),
     }
@@ -83,6 +90,8 @@ def run(model, data_dir, batch_size=256, **options):
 def main(argv):
     del argv
     try:
+        if FLAGS.output_json:
+            console.check_output(FLAGS.output_json, "--output_json")  # before the work
         model = inspect_io.load_model_from_flags()
         if not FLAGS.data_dir:
             raise ValueError("--data_dir=DATA is required")
@@ -109,8 +118,9 @@ def main(argv):
 
     images = " + ".join(f"{n} {split}" for split, n in info["examples_extracted"].items())
     print(
-        f"few-shot, {info['representation']} features, {info['num_classes']} classes, "
-        f"l2 {info['l2']:g}, {images} images, {info['seconds']} s:"
+        f"few-shot accuracy on the {info['test_split']} split (k-shot sets from "
+        f"{info['train_split']}), {info['representation']} features, {info['num_classes']} "
+        f"classes, l2 {info['l2']:g}, {images} images, {info['seconds']} s:"
     )
     print(fewshot.format_results(results))
     if FLAGS.output_json:

@@ -23,13 +23,14 @@ def _display(image):
     return np.clip((np.asarray(image, np.float64) + 1) / 2, 0, 1)
 
 
-def attention_overlays(images, maps, path, titles=None):
+def attention_overlays(images, maps, path, titles=None, source=None):
     """Fig. 6: per image, the input, the rollout heat-map over it, and the input
     weighted by the map (normalised to a maximum of 1).
 
     Args:
       images: (B, H, W, 3) in [-1, 1].
       maps: (B, rows, cols) rollout maps (keras_vit.inspect.attention_maps).
+      source: where the images come from ('the test split of DATA'), in the title.
     """
     images = np.asarray(images)
     upsampled = vit_inspect.upsample(maps, images.shape[1:3])
@@ -48,12 +49,21 @@ def attention_overlays(images, maps, path, titles=None):
             ax.set_yticks([])
     for ax, title in zip(axes[0], ("input", "attention rollout", "input x rollout")):
         ax.set_title(title, fontsize=9)
+    fig.suptitle(
+        _of_images(len(images), source) + "; each map scaled to a maximum of 1", fontsize=9
+    )
     return _save(fig, path)
 
 
-def attention_distance(distance, path, image_size=None, uniform=None):
+def _of_images(count, source):
+    """'3 images from the test split of DATA' (the figure's data, for its title)."""
+    return f"{count} image{'s' * (count != 1)}" + (f" from {source}" if source else "")
+
+
+def attention_distance(distance, path, image_size=None, uniform=None, count=None, source=None):
     """Fig. 7 right: mean attention distance (pixels) of each head against depth;
-    `uniform`, if given, is drawn as the distance of uniform attention."""
+    `uniform`, if given, is drawn as the distance of uniform attention; `count` images
+    from `source` (`attention_overlays`) are what the distances are the mean over."""
     distance = np.asarray(distance)
     layers, heads = distance.shape
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
@@ -66,9 +76,14 @@ def attention_distance(distance, path, image_size=None, uniform=None):
     if uniform is not None:
         ax.axhline(uniform, color="grey", linestyle="--", linewidth=1, label="uniform attention")
         ax.legend(fontsize=8, loc="lower right")
+    title = [f"{heads} heads"]
     if image_size is not None:
         ax.set_ylim(0, math.hypot(*image_size) / 2)
-        ax.set_title(f"{heads} heads, {image_size[0]}x{image_size[1]} px input", fontsize=9)
+        title.append(f"{image_size[0]}x{image_size[1]} px input")
+    title = ", ".join(title)
+    if count is not None:
+        title += ",\nmean over " + _of_images(count, source)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 

@@ -55,9 +55,11 @@ def write_figures(
     num_components,
     batch_size=32,
     grayscale_filters=False,
+    source=None,
 ):
     """Writes the four figures; returns {figure name: path or reason skipped} and
-    the numbers behind them."""
+    the numbers behind them. `source` names where the images come from (`images_source`):
+    the attention figures and inspect.json say it."""
     from keras_vit import inspect as vit_inspect
 
     os.makedirs(output_dir, exist_ok=True)
@@ -67,18 +69,19 @@ def write_figures(
     written, numbers = {}, {}
     maps = vit_inspect.attention_maps(model, shown, batch_size=batch_size)
     written["attention_rollout"] = figures.attention_overlays(
-        shown, maps, out("attention_rollout.png"), titles
+        shown, maps, out("attention_rollout.png"), titles, source
     )
     distance = vit_inspect.attention_distance(model, images, batch_size=batch_size)
     numbers["mean_attention_distance_px"] = distance.round(3).tolist()
     numbers["distance_images"] = len(images)
+    numbers["images"] = source
     encoder = model.get_layer("Transformer")
     uniform = vit_inspect.uniform_attention_distance(
         encoder.grid_size, vit_inspect.grid_cell_pixels(model)
     )
     numbers["uniform_attention_distance_px"] = round(uniform, 3)
     written["attention_distance"] = figures.attention_distance(
-        distance, out("attention_distance.png"), model.image_size, uniform
+        distance, out("attention_distance.png"), model.image_size, uniform, len(images), source
     )
     written["position_embedding_similarity"] = figures.position_similarity(
         vit_inspect.position_embedding_similarity(model), out("position_embedding_similarity.png")
@@ -98,6 +101,12 @@ def write_figures(
     with open(out("inspect.json"), "w") as f:
         json.dump({"figures": written, **numbers}, f, indent=1)
     return written, numbers
+
+
+def images_source(images, data_dir, split):
+    """Where the figures' images come from, as the figures name it: '--images=GLOB', or
+    'the SPLIT split of DATA'."""
+    return f"--images={images}" if images else f"the {split} split of {data_dir}"
 
 
 def main(argv):
@@ -124,6 +133,7 @@ def main(argv):
         FLAGS.num_components,
         FLAGS.batch_size,
         FLAGS.grayscale_filters,
+        images_source(FLAGS.images, FLAGS.data_dir, split),
     )
     for name, result in written.items():
         logging.info("%s: %s", name, result)

@@ -26,6 +26,8 @@ PREFIXES = ("hf://", "hf-hub:")
 HUB_WEIGHTS = state_dict.HUB_WEIGHTS[0]  # model.safetensors: the only weights read from the Hub
 HUB_FILES = (state_dict.HUB_CONFIG, HUB_WEIGHTS, state_dict.HUB_PREPROCESSOR)
 EXTRA = "keras_vit[hub]"
+# The command, as README.md and docs/checkpoints.md give it: a clone, or the wheel.
+INSTALL = f"pip install -e '.[hub]' in a clone (pip install '{EXTRA}' from the wheel)"
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 
@@ -78,8 +80,7 @@ def fetch(weights):
         from huggingface_hub import constants
     except ImportError as e:
         raise ImportError(
-            f"weights={weights!r} needs huggingface_hub to download {repo}: pip install "
-            f"'{EXTRA}', {by_hand}."
+            f"weights={weights!r} needs huggingface_hub to download {repo}: {INSTALL}, {by_hand}."
         ) from e
     where = os.path.join(constants.HF_HUB_CACHE, "models--" + repo.replace("/", "--"))
     try:

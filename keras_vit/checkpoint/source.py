@@ -121,8 +121,9 @@ def open_source(weights, arch=None):
         the `Source`.
     Raises:
         FileNotFoundError: a path that does not exist.
-        ValueError: an unknown short name, a malformed AugReg name or URL, an
-            AugReg checkpoint of another architecture (before any download).
+        ValueError: a malformed AugReg name or URL, an AugReg checkpoint of another
+            architecture (before any download); CheckpointError (a ValueError) for an
+            unknown short name.
         registry.DownloadError: a download that cannot be made (offline, ...).
         ImportError: a Hub name without huggingface_hub installed.
         CheckpointError: a file that is not a checkpoint.
@@ -139,9 +140,9 @@ def _download(weights, arch):
     into the cache (once), read as an official `.npz`."""
     variant = (arch.get("variant") or variant_name(arch)) if arch else None
     entry = registry.resolve(weights, variant)
-    if entry is None:
+    if entry is None:  # a CheckpointError (a ValueError): the programs' one line, exit 2
         known = registry.names_for(variant) if variant else []
-        raise ValueError(
+        raise CheckpointError(
             f"weights={weights!r} is neither an existing file nor a registered "
             f"checkpoint name for {variant or 'this architecture'}"
             + (f" (registered: {', '.join(known)})" if known else "")
