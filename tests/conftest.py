@@ -34,6 +34,7 @@ def pytest_configure(config):
 # processes), first: with `make test`'s two workers (one module each at a time), the
 # long ones then overlap the many short ones instead of ending the run on one worker.
 LONG_MODULES = (
+    "test_train_faults",
     "test_export_tflite",
     "test_export_onnx",
     "test_train_strategies",
@@ -62,6 +63,7 @@ SLOW_MODULES = (
     "test_hybrid_backends",
     "test_serving_rest",
     "test_train_errors",
+    "test_train_faults",
     "test_train_fewshot",
     "test_train_resume",
     "test_train_strategies",

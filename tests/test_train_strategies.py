@@ -2,7 +2,6 @@
 agree with single-device training on the same global batches."""
 
 import json
-import subprocess
 
 import keras
 import numpy as np
@@ -68,36 +67,19 @@ def test_mirrored_two_cpu_replicas_matches_default(data, reference, tmp_path):
 
 
 def test_multi_worker_two_processes_matches_default(data, reference, tmp_path):
-    ports = testing.free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs = []
-    for i in range(2):
-        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
-        procs.append(
-            subprocess.Popen(
-                testing.trainer_cmd(
-                    "pretrain",
-                    data,
-                    str(tmp_path),
-                    "--strategy=multi_worker",
-                    # by example: every global batch holds the examples one device sees
-                    # (auto would give each worker its own 2 of the 4 shards)
-                    "--config.input.shard_by=examples",
-                    *STEPS,
-                ),
-                cwd=testing.ROOT,
-                env=testing.env(TF_CONFIG=tf_config),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+    procs = testing.start_workers(
+        testing.trainer_cmd(
+            "pretrain",
+            data,
+            str(tmp_path),
+            "--strategy=multi_worker",
+            # by example: every global batch holds the examples one device sees
+            # (auto would give each worker its own 2 of the 4 shards)
+            "--config.input.shard_by=examples",
+            *STEPS,
         )
-    try:
-        outs = [p.communicate(timeout=240) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    )
+    outs = testing.communicate_all(procs)
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     with open(tmp_path / "metrics.json") as f:

@@ -103,6 +103,37 @@ def free_ports(n):
     return ports
 
 
+def start_workers(cmd, n=2, **popen_kwargs):
+    """`cmd` started as n MultiWorkerMirroredStrategy workers on 127.0.0.1 (TF_CONFIG
+    for each), output captured (text); the caller ends them (`communicate_all`)."""
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(n)]}
+    return [
+        subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env(
+                TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **popen_kwargs,
+        )
+        for i in range(n)
+    ]
+
+
+def communicate_all(procs, timeout=240):
+    """[(stdout, stderr)] of each process once it ends; all killed on a timeout."""
+    try:
+        return [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
 def train_log(model_dir):
     with open(RunDirectory(model_dir).train_log) as f:
         return [json.loads(l) for l in f]

@@ -1,0 +1,222 @@
+"""A long run on several hosts survives what hosts do: SIGTERM (preemption) saves the step
+in flight and a rerun ends with an uninterrupted run's weights, on one process and on two
+workers; a worker killed outright ends the other within the collective timeout, with one
+line naming it, and restarting both resumes together (docs/training.md, "Preemption and
+lost workers"). Real processes on 127.0.0.1, each bounded in time."""
+
+import os
+import re
+import signal
+import time
+
+import keras
+import numpy as np
+import pytest
+import trainer_testing as testing
+
+from keras_vit_trainers import faults
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
+
+# Long enough that a signal sent just after the first checkpoint lands between two
+# checkpoints (a tiny step takes a few milliseconds).
+TOTAL, EVERY = 600, 200
+STEPS = [
+    f"--config.total_steps={TOTAL}",
+    f"--config.checkpoint_every={EVERY}",
+    "--config.warmup_steps=5",
+    "--config.log_every=50",
+]
+MULTI_WORKER = [
+    "--strategy=multi_worker",
+    "--config.input.shard_by=examples",  # every global batch as one device sees it
+    "--config.collective_timeout=30",
+]
+PREEMPTED = re.compile(r"preempted \(SIGTERM\): step (\d+) saved")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    testing.make_tiny_data(str(d))
+    return str(d)
+
+
+def _wait_for_first_checkpoint(run_dir, procs, timeout=240):
+    meta = os.path.join(run_dir, "checkpoints", "training_metadata.json")
+    deadline = time.time() + timeout
+    while not os.path.exists(meta) and all(p.poll() is None for p in procs):
+        assert time.time() < deadline, "no checkpoint within the time limit"
+        time.sleep(0.005)
+    assert all(p.poll() is None for p in procs), "a process ended before its first checkpoint"
+    time.sleep(0.3)  # into the next interval, between two checkpoints
+
+
+def _assert_same_weights(run_dir, ref_dir):
+    w, w_ref = testing.load_weights(run_dir), testing.load_weights(ref_dir)
+    assert w.keys() == w_ref.keys()
+    for k in w:
+        np.testing.assert_allclose(w[k], w_ref[k], rtol=1e-6, atol=1e-7, err_msg=k)
+
+
+def _resumed_step(stderr):
+    m = re.search(r"resumed from step (\d+)", stderr)
+    assert m, stderr[-3000:]
+    return int(m.group(1))
+
+
+def test_sigterm_saves_the_step_in_flight_and_a_rerun_equals_uninterrupted(data, tmp_path):
+    ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
+    ref = testing.run(testing.trainer_cmd("pretrain", data, ref_dir, "--strategy=default", *STEPS))
+    assert ref.returncode == 0, ref.stderr[-3000:]
+
+    cmd = testing.trainer_cmd("pretrain", data, run_dir, "--strategy=default", *STEPS)
+    with testing.started(cmd, cwd=testing.ROOT, env=testing.env()) as proc:
+        _wait_for_first_checkpoint(run_dir, [proc])
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == faults.EXIT_PREEMPTED, err[-3000:]
+    lines = PREEMPTED.findall(err)
+    assert len(lines) == 1, err[-3000:]  # one line says it
+    step = int(lines[0])
+    assert EVERY < step < TOTAL, err[-3000:]  # between two checkpoints, not a scheduled one
+    assert not os.path.exists(os.path.join(run_dir, "metrics.json"))
+
+    resumed = testing.run(cmd)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _resumed_step(resumed.stderr) == step  # nothing lost but the step in flight
+    # The checkpoint interval's rest first: logs at the configured steps after it.
+    log_steps = [l["step"] for l in testing.train_log(run_dir)]
+    assert log_steps == [s for s in range(EVERY, TOTAL + 1, EVERY)], log_steps
+    _assert_same_weights(run_dir, ref_dir)
+
+
+@pytest.fixture(scope="module")
+def two_worker_reference(data, tmp_path_factory):
+    ref_dir = str(tmp_path_factory.mktemp("ref2"))
+    procs = testing.start_workers(
+        testing.trainer_cmd("pretrain", data, ref_dir, *MULTI_WORKER, *STEPS)
+    )
+    for p, (_, err) in zip(procs, testing.communicate_all(procs)):
+        assert p.returncode == 0, err[-3000:]
+    return ref_dir
+
+
+def _restart_both(cmd):
+    procs = testing.start_workers(cmd)
+    outs = testing.communicate_all(procs)
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    return [_resumed_step(err) for _, err in outs]
+
+
+def test_sigterm_to_one_of_two_workers_stops_both_at_one_step(data, two_worker_reference, tmp_path):
+    run_dir = str(tmp_path)
+    cmd = testing.trainer_cmd("pretrain", data, run_dir, *MULTI_WORKER, *STEPS)
+    procs = testing.start_workers(cmd)
+    try:
+        _wait_for_first_checkpoint(run_dir, procs)
+        procs[1].send_signal(signal.SIGTERM)  # the other worker is not signalled
+    finally:
+        outs = testing.communicate_all(procs, timeout=120)
+    steps = []
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == faults.EXIT_PREEMPTED, err[-3000:]
+        steps.append(int(PREEMPTED.findall(err)[-1]))
+    assert steps[0] == steps[1] and EVERY < steps[0] < TOTAL, steps
+
+    assert _restart_both(cmd) == steps  # both resume at the step they saved
+    _assert_same_weights(run_dir, two_worker_reference)
+
+
+def test_a_killed_worker_ends_the_other_with_one_line_and_both_resume(
+    data, two_worker_reference, tmp_path
+):
+    run_dir = str(tmp_path)
+    cmd = testing.trainer_cmd("pretrain", data, run_dir, *MULTI_WORKER, *STEPS)
+    procs = testing.start_workers(cmd)
+    try:
+        _wait_for_first_checkpoint(run_dir, procs)
+        procs[1].kill()  # kill -9: no handler, no save
+        killed_at = time.time()
+        _, err = procs[0].communicate(timeout=30 + 60)  # the timeout plus a margin
+        waited = time.time() - killed_at
+    finally:
+        testing.communicate_all(procs, timeout=10)
+    assert procs[0].returncode == faults.EXIT_LOST_WORKER, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert "lost worker 1" in last and "Restart every worker" in last, last
+    assert waited < 30 + 60
+
+    steps = _restart_both(cmd)
+    assert steps[0] == steps[1] and steps[0] % EVERY == 0 and steps[0] >= EVERY, steps
+    _assert_same_weights(run_dir, two_worker_reference)
+
+
+def test_tensorboard_gets_scalars_every_log_every_steps(data, tmp_path):
+    import tensorflow as tf
+
+    run = testing.run(
+        testing.trainer_cmd(
+            "pretrain",
+            data,
+            str(tmp_path),
+            "--strategy=default",
+            "--config.total_steps=40",
+            "--config.checkpoint_every=20",
+            "--config.log_every=10",
+            "--config.evals.test.every=20",
+        )
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    points = {}
+    for root, _, files in os.walk(tmp_path):
+        for name in files:
+            if name.startswith("events.out.tfevents"):
+                for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
+                    for value in event.summary.value:
+                        where = os.path.relpath(root, tmp_path)
+                        points.setdefault((where, value.tag), []).append(event.step)
+    train = {tag: steps for (where, tag), steps in points.items() if "train" in where}
+    for tag in ("loss", "accuracy", "learning_rate", "images_per_second"):
+        matching = [steps for t, steps in train.items() if t.endswith(tag)]
+        assert matching, (tag, sorted(points))
+        assert sorted(matching[0]) == [10, 20, 30, 40], (tag, matching[0])
+    evals = [
+        steps for (where, tag), steps in points.items() if "accuracy" in tag and "test" in where
+    ]
+    assert evals and sorted(evals[0]) == [20, 40], sorted(points)
+
+
+def test_workers_with_no_common_step_get_one_line_naming_each(monkeypatch):
+    per_worker = [[400, 200], [600, 0]]
+    monkeypatch.setattr(faults, "gather_per_worker", lambda strategy, held: per_worker)
+    with pytest.raises(faults.ResumeMismatch) as e:
+        faults.resume_step(None, (400, 200))
+    message = str(e.value)
+    assert "worker 0: steps 400 and 200" in message and "worker 1: steps 600" in message
+    assert "\n" not in message
+
+    per_worker[:] = [[400, 200], [600, 400]]
+    assert faults.resume_step(None, (400, 200)) == (400, "latest")
+    assert faults.resume_step(None, (600, 400)) == (400, "previous")
+    per_worker[:] = [[0, 0], [0, 0]]
+    assert faults.resume_step(None, (0, 0)) == (0, None)
+
+
+def test_lost_worker_line_names_the_other_task():
+    import tensorflow as tf
+
+    error = tf.errors.UnavailableError(
+        None,
+        None,
+        "Collective ops is aborted by: failed to connect to all addresses\n"
+        "Additional GRPC error information from remote target /job:worker/replica:0/task:1",
+    )
+    line = faults.lost_worker_line(error, ("worker", 0), timeout=30)
+    assert line.startswith("lost worker 1: a collective failed (collective_timeout=30 s)")
+    assert "\n" not in line
+    assert faults.lost_worker_line(ValueError("bad shape"), ("worker", 0)) is None
+    assert faults.lost_worker_line(tf.errors.InvalidArgumentError(None, None, "x"), None) is None
