@@ -125,6 +125,12 @@ def base_config(model="ViT_B16"):
     # Seconds a collective waits for the other workers before the run ends with one line
     # naming the lost worker (exit code 4; trainers/faults.py). Multi-worker runs only.
     c.collective_timeout = 600
+    # (first, last): a TensorFlow profiler trace of those steps in RUN/tensorboard/train
+    # (the chief's; () for none).
+    c.profile_steps = ()
+    # Your own Keras callbacks: "module:name" strings, each a callback class or factory
+    # called with no arguments (docs/training.md, "Watching a run").
+    c.callbacks = ()
     c.train_split = "train"
     c.train_examples = 0  # > 0: only the first N examples of train_split
     # Evaluators by name (trainers/evaluators.py); metrics.json has <name>_<metric>. Model

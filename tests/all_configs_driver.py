@@ -144,6 +144,8 @@ VALUE_KEYS = (
     "checkpoint_every",
     "log_every",  # TensorBoard points: the same steps and callbacks on any value
     "collective_timeout",  # multi-worker collectives' timeout: a value of the strategy
+    "profile_steps",  # a profiler window: tracing only, the same steps
+    "callbacks",  # the user's callbacks: none in the recipes
     "train_split",
     "input.area_range",
     "input.shuffle_buffer",

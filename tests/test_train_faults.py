@@ -4,6 +4,7 @@ workers; a worker killed outright ends the other within the collective timeout, 
 line naming it, and restarting both resumes together (docs/training.md, "Preemption and
 lost workers"). Real processes on 127.0.0.1, each bounded in time."""
 
+import json
 import os
 import re
 import signal
@@ -155,39 +156,86 @@ def test_a_killed_worker_ends_the_other_with_one_line_and_both_resume(
     _assert_same_weights(run_dir, two_worker_reference)
 
 
-def test_tensorboard_gets_scalars_every_log_every_steps(data, tmp_path):
+USER_CALLBACK = """
+import json, os
+import keras
+
+class RecordSteps(keras.callbacks.Callback):
+    def on_train_end(self, logs=None):
+        with open(os.environ["RECORD_STEPS_TO"], "w") as f:
+            json.dump({"step": int(self.model.optimizer.iterations.numpy())}, f)
+"""
+
+
+def test_a_run_is_watched_every_log_every_steps_profiled_and_joined_by_callbacks(data, tmp_path):
     import tensorflow as tf
 
+    (tmp_path / "user_callbacks.py").write_text(USER_CALLBACK)
+    record, run_dir = tmp_path / "record.json", tmp_path / "run"
     run = testing.run(
         testing.trainer_cmd(
             "pretrain",
             data,
-            str(tmp_path),
+            str(run_dir),
             "--strategy=default",
             "--config.total_steps=40",
             "--config.checkpoint_every=20",
             "--config.log_every=10",
             "--config.evals.test.every=20",
-        )
+            "--config.profile_steps=12,15",
+            "--config.callbacks=user_callbacks:RecordSteps",
+        ),
+        PYTHONPATH=str(tmp_path),
+        RECORD_STEPS_TO=str(record),
     )
     assert run.returncode == 0, run.stderr[-3000:]
     points = {}
-    for root, _, files in os.walk(tmp_path):
+    for root, _, files in os.walk(run_dir / "tensorboard"):
         for name in files:
             if name.startswith("events.out.tfevents"):
                 for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
                     for value in event.summary.value:
-                        where = os.path.relpath(root, tmp_path)
-                        points.setdefault((where, value.tag), []).append(event.step)
-    train = {tag: steps for (where, tag), steps in points.items() if "train" in where}
-    for tag in ("loss", "accuracy", "learning_rate", "images_per_second"):
-        matching = [steps for t, steps in train.items() if t.endswith(tag)]
-        assert matching, (tag, sorted(points))
-        assert sorted(matching[0]) == [10, 20, 30, 40], (tag, matching[0])
-    evals = [
-        steps for (where, tag), steps in points.items() if "accuracy" in tag and "test" in where
+                        kind = os.path.basename(root)
+                        points.setdefault((kind, value.tag), []).append(event.step)
+    for tag in ("loss", "accuracy", "learning_rate", "gradient_norm", "images_per_second"):
+        assert sorted(points.get(("train", f"train/{tag}"), [])) == [10, 20, 30, 40], (
+            tag,
+            sorted(points),
+        )
+    evals = [steps for (kind, tag), steps in points.items() if kind == "test"]
+    assert evals and all(sorted(steps) == [20, 40] for steps in evals), sorted(points)
+    # the gradient norm is the one before clipping: positive, finite, in the log too
+    norms = [l["gradient_norm"] for l in testing.train_log(str(run_dir))]
+    assert len(norms) == 2 and all(0 < n < float("inf") for n in norms), norms
+
+    traces = [
+        name
+        for _, _, files in os.walk(run_dir / "tensorboard" / "train" / "plugins" / "profile")
+        for name in files
+        if name.endswith(".xplane.pb")
     ]
-    assert evals and sorted(evals[0]) == [20, 40], sorted(points)
+    assert traces, "no profiler trace"
+    assert "profile of steps 12-15 written" in run.stderr
+    with open(record) as f:  # the user's callback ran, to the end of training
+        assert json.load(f) == {"step": 40}
+
+
+@pytest.mark.parametrize(
+    "flag, named",
+    [
+        ("--config.profile_steps=20,10", "profile_steps"),
+        ("--config.callbacks=no_such_module_here:Cb", "no_such_module_here"),
+        ("--config.callbacks=json", "module:name"),
+    ],
+)
+def test_watching_mistakes_are_one_line_before_any_model(data, tmp_path, flag, named):
+    run = testing.run(
+        testing.trainer_cmd("pretrain", data, str(tmp_path / "run"), "--strategy=default", flag)
+    )
+    assert run.returncode == 2, run.stderr[-3000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and named in last, last
+    assert not (tmp_path / "run").exists()
 
 
 def test_workers_with_no_common_step_get_one_line_naming_each(monkeypatch):

@@ -152,6 +152,13 @@ class RunLogger(keras.callbacks.Callback):
         lr = self.model.optimizer.learning_rate
         return float(lr.numpy() if hasattr(lr, "numpy") else lr)
 
+    def _gradient_norm(self):
+        """{"gradient_norm": the last step's global norm before clipping} where the
+        optimizer keeps it (trainers/keras_workarounds.py ClipAfterAllReduce), else {}."""
+        optimizer = self.model.optimizer
+        norm = getattr(getattr(optimizer, "inner_optimizer", optimizer), "gradient_norm", None)
+        return {} if norm is None else {"gradient_norm": float(norm.numpy())}
+
     def _write(self, step, scalars):
         with self.writer.as_default(step=step):
             for k, v in scalars.items():
@@ -179,6 +186,7 @@ class RunLogger(keras.callbacks.Callback):
         scalars.update(
             learning_rate=self._learning_rate(),
             images_per_second=(done - before) * self.global_batch / max(now - t_before, 1e-9),
+            **self._gradient_norm(),
         )
         self._write(step, scalars)
         self._window = (done, current, now)
@@ -192,6 +200,7 @@ class RunLogger(keras.callbacks.Callback):
         self.rates.append(rate)
         logs = dict(logs or {})
         lr = self._learning_rate()
+        logs.update(self._gradient_norm())
         self.last_logs = {**logs, "step": step}
         log.debug(
             "step %d/%d: loss %.4f, accuracy %.4f, lr %.3g, %.0f images/s",
@@ -213,6 +222,40 @@ class RunLogger(keras.callbacks.Callback):
         """Median over intervals, leaving out the first (tracing/compilation) when possible."""
         rates = self.rates[1:] or self.rates
         return float(np.median(rates)) if rates else None
+
+
+class ProfileWindow(keras.callbacks.Callback):
+    """A TensorFlow profiler trace of the steps from `first` to `last` (optimizer
+    steps; config.profile_steps) in `logdir` (TensorBoard's profile tab reads it from
+    LOGDIR/plugins/profile). With steps_per_execution > 1 the trace covers the
+    executions that hold those steps."""
+
+    def __init__(self, first, last, logdir):
+        super().__init__()
+        self.first, self.last, self.logdir = int(first), int(last), logdir
+        self._tracing = self._done = False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_first = optimizer_step(self.model)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        step = self._epoch_first + batch  # steps done before this batch
+        if not (self._tracing or self._done) and self.first <= step < self.last:
+            tf.profiler.experimental.start(self.logdir)
+            self._tracing = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._tracing and self._epoch_first + batch + 1 >= self.last:
+            self._stop()
+
+    def on_train_end(self, logs=None):
+        if self._tracing:
+            self._stop()
+
+    def _stop(self):
+        tf.profiler.experimental.stop()
+        self._tracing, self._done = False, True
+        log.info("profile of steps %d-%d written to %s", self.first, self.last, self.logdir)
 
 
 class TrainingProgress(keras.callbacks.Callback):

@@ -27,6 +27,7 @@ where there is one, so that the check and the run cannot disagree:
 """
 
 import contextlib
+import importlib
 import inspect
 import logging
 import re
@@ -151,7 +152,8 @@ def check_sizes(config):
 
 
 def check_watching(config):
-    """config.log_every (0: off) and collective_timeout (seconds) not negative numbers."""
+    """config.log_every (0: off) and collective_timeout (seconds) not negative numbers;
+    profile_steps () or (first, last); callbacks importable "module:name" entries."""
     log_every = config.get("log_every")
     if log_every is not None and not (isinstance(log_every, int) and log_every >= 0):
         raise ConfigError(
@@ -166,6 +168,42 @@ def check_watching(config):
             f"--config.collective_timeout={timeout!r}: expected seconds > 0 (how long a "
             "worker waits for a lost peer before the run ends)"
         )
+    window = tuple(config.get("profile_steps") or ())
+    if window and not (
+        len(window) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in window)
+        and 0 <= window[0] < window[1]
+    ):
+        raise ConfigError(
+            f"--config.profile_steps={window!r}: expected two steps FIRST,LAST with "
+            "0 <= FIRST < LAST (the profiler traces the steps between them), or () for none"
+        )
+    user_callbacks(config)
+
+
+def user_callbacks(config):
+    """config.callbacks ("module:name" strings) resolved: the callables, each making a
+    Keras callback with no arguments. A bad entry is a ConfigError naming it."""
+    entries = config.get("callbacks") or ()
+    if isinstance(entries, str):
+        entries = (entries,)
+    made = []
+    for i, entry in enumerate(entries):
+        where = f"--config.callbacks[{i}]={entry!r}"
+        module_name, _, name = str(entry).partition(":")
+        if not (module_name and name):
+            raise ConfigError(f"{where}: expected 'module:name' (a Keras callback class)")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ConfigError(
+                f"{where}: cannot import {module_name} ({e}); put its folder on PYTHONPATH"
+            ) from None
+        factory = getattr(module, name, None)
+        if not callable(factory):
+            raise ConfigError(f"{where}: {module_name} has no callable {name!r}")
+        made.append(factory)
+    return made
 
 
 def check_values(config):

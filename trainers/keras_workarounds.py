@@ -142,12 +142,30 @@ class ClipAfterAllReduce:
         super().__init__(*args, **kwargs)
         self.clip_global_norm = clip_global_norm
 
+    def build(self, var_list):
+        super().build(var_list)
+        # The global norm of the last step's all-reduced gradient, before clipping (the
+        # trainers' train/gradient_norm). A tf.Variable, not one of the optimizer's own:
+        # it is no state of the update, and the checkpoints keep the layout they had.
+        with tf.init_scope():
+            self.gradient_norm = tf.Variable(
+                0.0,
+                trainable=False,
+                name="gradient_norm",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+
     def _all_reduce_sum_gradients(self, grads_and_vars):
         grads_and_vars = super()._all_reduce_sum_gradients(grads_and_vars)
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        norm = tf.linalg.global_norm([g for g, _ in pairs])
+        if getattr(self, "gradient_norm", None) is not None:
+            self.gradient_norm.assign(tf.cast(norm, tf.float32))
         if not self.clip_global_norm:
             return grads_and_vars
-        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
-        clipped, _ = tf.clip_by_global_norm([g for g, _ in pairs], self.clip_global_norm)
+        clipped, _ = tf.clip_by_global_norm(
+            [g for g, _ in pairs], self.clip_global_norm, use_norm=norm
+        )
         clipped = iter(clipped)
         return [(None, v) if g is None else (next(clipped), v) for g, v in grads_and_vars]
 

@@ -339,10 +339,11 @@ def train_data(strategy, data, spec, plan, model_dir=None, start_step=None):
     )
 
 
-def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spec):
-    """`model.fit` with the run's callbacks, once per `plan.segments()` on the stream
-    `make_data(first step)`; raises TrainingDivergedError on NaN and faults.Preempted
-    after a SIGTERM. Returns the RunLogger (train figures)."""
+def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spec, callbacks=()):
+    """`model.fit` with the run's callbacks and the user's (`callbacks`, then
+    config.callbacks'), once per `plan.segments()` on the stream `make_data(first
+    step)`; raises TrainingDivergedError on NaN and faults.Preempted after a SIGTERM.
+    Returns the RunLogger (train figures)."""
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         batch = next(
             iter(
@@ -362,13 +363,19 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
     )
     checkpoint = callbacks_lib.RunCheckpoint(checkpoint_dir, guard, plan.every)
     watch = faults.PreemptionWatch(strategy, checkpoint)
+    user = [*callbacks, *(make() for make in config_checks.user_callbacks(config))]
     callbacks = [
         guard,
         checkpoint,
         watch,  # after the checkpoint's restore, before anything logs the stopped step
         logger,
         evaluators.EvaluatorCallback(evals, run, chief),
+        *user,
     ]
+    if chief and config.get("profile_steps"):
+        callbacks.append(
+            callbacks_lib.ProfileWindow(*config.profile_steps, run.tensorboard("train"))
+        )
     if chief:
         callbacks.append(
             callbacks_lib.TrainingProgress(
@@ -423,9 +430,10 @@ def final_evaluations(model, evals, step, run, chief):
     return figures
 
 
-def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
+def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, callbacks=()):
     """Trains, evaluates and exports; returns the metrics dict (also RUN/metrics.json).
-    `config`: as trainers/train_config.resolve returns it."""
+    `config`: as trainers/train_config.resolve returns it. `callbacks`: Keras callbacks
+    of your own, run after the trainer's (and config.callbacks' after them)."""
     t_start = time.perf_counter()
     keras_workarounds.check_keras_version()
     run = run_directory.RunDirectory(model_dir)
@@ -467,7 +475,9 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None):
     def make_data(start_step):
         return train_data(strategy, reader, spec, sizes, model_dir, start_step)
 
-    logger = fit(model, config, strategy, make_data, sizes, run, chief, evals, reader, spec)
+    logger = fit(
+        model, config, strategy, make_data, sizes, run, chief, evals, reader, spec, callbacks
+    )
 
     step = int(model.optimizer.iterations.numpy())
     metrics = {"step": step, **final_evaluations(model, evals, step, run, chief)}
