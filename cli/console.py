@@ -29,6 +29,9 @@ import warnings
 
 VERBOSITY_ENV = "KERAS_VIT_VERBOSITY"
 OUR_LOGGERS = ("trainers", "keras_vit", "deploy", "tools", "data")
+# The modules whose Python warnings show: the library and the programs as installed
+# (keras_vit_trainers, keras_vit_data, ...; docs/design.md#layout) or run from the folders.
+OUR_MODULES = r"(keras_vit(_\w+)?|" + "|".join(OUR_LOGGERS) + r")(\.|$)"
 # C++ logging: 2 hides INFO and WARNING (oneDNN banner, XLA/cpu_feature lines), keeps ERROR.
 _TF_CPP_LEVEL = "2"
 
@@ -172,10 +175,13 @@ def setup(argv=None):
         absl_logging.set_stderrthreshold(absl_logging.ERROR)
     except ImportError:
         pass
-    # Python warnings from the libraries (Keras, TF, numpy); ours still show.
+    show_only_our_warnings()
+
+
+def show_only_our_warnings():
+    """Python warnings from the libraries (Keras, TF, numpy) hidden; ours still show."""
     warnings.filterwarnings("ignore")
-    for name in OUR_LOGGERS:
-        warnings.filterwarnings("default", module=rf"{name}(\.|$)")
+    warnings.filterwarnings("default", module=OUR_MODULES)
 
 
 def _plural(unit):

@@ -179,3 +179,22 @@ def test_training_and_export_print_only_our_lines(tmp_path):
         PYTHONPATH=testing.ROOT,
     )
     assert loud.returncode == 0 and "oneDNN custom operations" in loud.stderr, loud.stderr
+
+
+def test_warnings_show_from_our_modules_only(monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(warnings, "filters", list(warnings.filters))  # restored after
+    console.show_only_our_warnings()  # what console.setup() does for warnings
+    for module, shown in (
+        ("keras_vit_trainers.faults", True),
+        ("keras_vit_data.writer", True),
+        ("keras_vit.checkpoint", True),
+        ("trainers.app", True),
+        ("keras.src.trainers", False),
+        ("tensorflow.python.ops", False),
+        ("keras_vitamins", False),
+    ):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.warn_explicit("w", UserWarning, "f.py", 1, module=module, registry={})
+        assert bool(caught) == shown, module
