@@ -58,7 +58,7 @@ class ModelViews:
         the encoder sees them (class token first for 'token' models). Its input
         has this model's size (any size for a `dynamic_size` model)."""
         images = self._image_input()
-        encoder = self.get_layer("Transformer")
+        encoder = self._encoder_for_views()
         _, x, patch_map = self._embedded(images)
         x = encoder.embedded(on_grid(x, patch_map))
         weights = []
@@ -125,7 +125,7 @@ class ModelViews:
             # the last block asked for (a second node of the encoder itself with
             # more outputs than its first would not be connected: Keras' Function
             # counts a layer's outputs on its first node).
-            encoder = self.get_layer("Transformer")
+            encoder = self._encoder_for_views()
             x = encoder.embedded(on_grid(tokens, patch_map))
             for k, block in enumerate(encoder.blocks[: block_numbers[-1]], 1):
                 x = block(x)
@@ -139,6 +139,18 @@ class ModelViews:
                     y = encoder.encoder_norm(x) if norm and encoder.encoder_norm else x
                     outputs[f"block{k}"] = to_map(on_grid(y, patch_map))
         return images, outputs
+
+    def _encoder_for_views(self):
+        """The encoder, each of its blocks given a first symbolic node with the
+        attention weights among its outputs. Keras' Function counts a layer's outputs
+        on its first node, so a block first called for its tokens alone (by
+        `feature_extractor`) could not later give `attention_model` its weights; a
+        subclassed model's own call leaves its blocks without nodes."""
+        encoder = self.get_layer("Transformer")
+        for block in encoder.blocks:
+            if not block._inbound_nodes:  # (Keras' record of a layer's symbolic calls)
+                block(keras.Input((None, self.hidden_size)), return_attention_weights=True)
+        return encoder
 
     def _image_input(self):
         """A fresh image input of this model's size ((None, None) when dynamic)."""

@@ -213,3 +213,30 @@ def test_bad_requests_name_the_problem():
     )
     with pytest.raises(ValueError, match=r"stage 1 is out of range: this model has stages 0\.\.0"):
         hybrid.feature_extractor(stages=(1,))
+
+
+def test_views_in_either_order_share_the_weights():
+    """feature_extractor() before attention_model() (once: 'Output with path 0 is not
+    connected'), and the features the same as the other order's."""
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 28, 28, 3)).astype("float32")
+    maps = {}
+    for first in ("features", "attention"):
+        keras.utils.set_random_seed(0)
+        model = keras_vit.VisionTransformer(
+            image_size=28,
+            patch_size=7,
+            hidden_size=16,
+            mlp_dim=32,
+            num_heads=2,
+            num_layers=2,
+            classes=4,
+        )
+        if first == "attention":
+            model.attention_model()
+        features = model.feature_extractor(blocks=(1, 2))
+        weights = model.attention_weights(images)
+        assert [w.shape for w in weights] == [(2, 2, 17, 17)] * 2
+        np.testing.assert_allclose(np.sum(weights[1], -1), 1.0, rtol=1e-5)
+        maps[first] = features.predict(images, verbose=0)
+    for key in ("block1", "block2"):
+        np.testing.assert_array_equal(maps["features"][key], maps["attention"][key])
