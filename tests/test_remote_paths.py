@@ -199,6 +199,32 @@ def test_the_guard_catches_local_calls_on_ram_paths(monkeypatch):
     assert len(calls) == 6
 
 
+def test_make_tfrecords_reads_an_image_folder_and_writes_records_on_ram(monkeypatch):
+    from keras_vit_data import records
+
+    images, labels = testing.synthetic_split(12, seed=2, num_classes=2)
+    for label in range(2):  # ram:// lists only folders made (gs:// lists every prefix)
+        tf.io.gfile.makedirs(f"ram://images/train/class_{label}")
+    for i, (image, label) in enumerate(zip(images, labels)):
+        png = tf.io.encode_png(image[..., None]).numpy()
+        with tf.io.gfile.GFile(f"ram://images/train/class_{label}/{i:02d}.png", "wb") as f:
+            f.write(png)
+    with ram_overwrites_replace(monkeypatch), local_calls_fail(monkeypatch) as calls:
+        _run_tool(
+            "keras_vit_tools.make_tfrecords",
+            [
+                "--source=folder:ram://images",
+                "--output_dir=ram://folder_records",
+                "--examples_per_shard=4",
+                "--noprogress",
+            ],
+        )
+        manifest = records.read_manifest("ram://folder_records")
+    assert manifest["class_names"] == ["class_0", "class_1"]
+    assert manifest["splits"]["train"]["count"] == 12
+    assert calls == []
+
+
 def _tiny_config(**keys):
     from keras_vit_configs import fashion_mnist
     from keras_vit_trainers import train_config
