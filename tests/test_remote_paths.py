@@ -225,7 +225,7 @@ def test_make_tfrecords_reads_an_image_folder_and_writes_records_on_ram(monkeypa
     assert calls == []
 
 
-def _tiny_config(**keys):
+def _tiny_config(mode="pretrain", **keys):
     from keras_vit_configs import fashion_mnist
     from keras_vit_trainers import train_config
 
@@ -243,7 +243,7 @@ def _tiny_config(**keys):
             **keys,
         )
     )
-    return train_config.resolve(config, "pretrain")
+    return train_config.resolve(config, mode)
 
 
 class Killed(Exception):
@@ -304,6 +304,13 @@ def test_records_pretrain_kill_resume_evaluate_export_on_ram(monkeypatch, caplog
         assert tf.io.gfile.exists(run.learning_curve)
         assert tf.io.gfile.listdir(run.tensorboard("train"))
         model = run.read_model()  # model_config.json + model.weights.h5, read back
+
+        # Fine-tuning starts from the run (--init=ram://run): its model, its weights.
+        finetune = _tiny_config(mode="finetune")
+        tuned = train_lib.model_factory(finetune, init=RUN)(num_classes=4)
+        train_lib.load_init(tuned, RUN)
+        for got, want in zip(tuned.get_weights(), model.get_weights()):
+            np.testing.assert_array_equal(got, want)
 
         # Export: a SavedModel, then a TFLite file from it with its report, evaluated
         # on the test records in ram://data.
