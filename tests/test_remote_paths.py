@@ -2,8 +2,9 @@
 (in memory, one per process, so everything runs in this process, through the
 programs' Python entry points). Records are written to ram://data, a pre-training
 run goes to ram://run, is killed after its first checkpoint and resumes from it,
-its evaluators run, and the model is exported (SavedModel, TFLite with its report)
-under ram://export.
+its evaluators run, a fine-tune model is built and loaded from it (--init=RUN), and
+the model is exported (SavedModel, TFLite with its report) under ram://export;
+tools/make_tfrecords.py also reads an image folder on ram:// into records there.
 
 The guard (`local_calls_fail`) makes any local-only file call on a ram:// path
 fail, naming the call: Python's own opens, mkdir, listdir, remove, rename, ...
