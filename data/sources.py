@@ -90,15 +90,42 @@ FOLDER_SPLITS = {
 }
 
 
+# An image folder may be local or remote (gs://..., any filesystem tf.io.gfile knows):
+# a path with a scheme goes through tf.io.gfile, a local one through os (as it always
+# has: make_tfrecords' worker processes read local files without TensorFlow's I/O).
+def _gfile(path):
+    if "://" not in str(path):
+        return None
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def _isdir(path):
+    gfile = _gfile(path)
+    return gfile.isdir(path) if gfile else os.path.isdir(path)
+
+
+def _listdir(path):
+    gfile = _gfile(path)
+    return [name.rstrip("/") for name in gfile.listdir(path)] if gfile else os.listdir(path)
+
+
+def _read_bytes(path):
+    gfile = _gfile(path)
+    with gfile.GFile(path, "rb") if gfile else open(path, "rb") as f:
+        return f.read()
+
+
 def folder_source(root, holdout=None, seed=0):
     """ROOT/[split/]CLASS_NAME/*.{png,jpg,jpeg} as splits (`FOLDER_SPLITS`; a folder
     without split subfolders is one `train` split), each in a seeded random order (not
     sorted by class). `holdout`: the fraction of `train` written as a stratified
     `validation` split (`holdout`), for data without one; the manifest records
     it under `holdout`. Returns (splits, class_names, multi_label, manifest entries)."""
-    if not os.path.isdir(root):
+    if not _isdir(root):
         raise FileNotFoundError(f"--source=folder:{root}: no such directory")
-    subdirs = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    subdirs = sorted(d for d in _listdir(root) if _isdir(os.path.join(root, d)))
     split_dirs = {}
     for d in subdirs:
         split = FOLDER_SPLITS.get(d)
@@ -113,7 +140,7 @@ def folder_source(root, holdout=None, seed=0):
     if not split_dirs:
         split_dirs = {"train": root}
     class_names = sorted(
-        {c for d in split_dirs.values() for c in os.listdir(d) if os.path.isdir(os.path.join(d, c))}
+        {c for d in split_dirs.values() for c in _listdir(d) if _isdir(os.path.join(d, c))}
     )
     if len(class_names) < 2:
         raise ValueError(
@@ -126,8 +153,8 @@ def folder_source(root, holdout=None, seed=0):
         split: [
             (os.path.join(d, c, f), index[c])
             for c in class_names
-            if os.path.isdir(os.path.join(d, c))
-            for f in sorted(os.listdir(os.path.join(d, c)))
+            if _isdir(os.path.join(d, c))
+            for f in sorted(_listdir(os.path.join(d, c)))
             if f.lower().endswith(IMAGE_EXTS)
         ]
         for split, d in split_dirs.items()
@@ -158,8 +185,7 @@ def folder_source(root, holdout=None, seed=0):
 def _file_example(files):
     def make(i):
         path, label = files[i]
-        with open(path, "rb") as f:
-            return f.read(), label, path
+        return _read_bytes(path), label, path
 
     return make
 

@@ -397,7 +397,7 @@ def make_tfrecords(
     else:
         split_sources, class_names, multi_label = source
         source = "arrays"
-    os.makedirs(output_dir, exist_ok=True)
+    tf.io.gfile.makedirs(output_dir)  # local, gs://, ram://
     # A manifest left from an earlier run would describe shards this one overwrites: an
     # interrupted run must leave none, so that training refuses the folder.
     try:

@@ -149,7 +149,7 @@ def write_report(path, report):
     text = json.dumps(report, indent=1)
     folder = os.path.dirname(path)
     if folder:
-        os.makedirs(folder, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+        tf.io.gfile.makedirs(folder)  # local, gs://, ram://
+    with tf.io.gfile.GFile(path, "w") as f:
         f.write(text)
     print(text)

@@ -124,6 +124,7 @@ SLOW_TESTS = {
         "test_train_examples_limits_the_training_set_to_its_first_records",
     ),
     "test_pixel_limit": ("test_the_limit_is_recorded_in_the_saved_model",),
+    "test_remote_paths": ("test_records_pretrain_kill_resume_evaluate_export_on_ram",),
     "test_serialization": ("test_jax_backend_matches_tensorflow",),
     "test_train_config": (
         "test_config_flag_accepts_a_builder_name_for_a_dict_model",

@@ -19,8 +19,6 @@ brought to the model's channels: grey <-> RGB), and latency per image at 1 and 2
 interpreter threads.
 """
 
-import os
-
 from keras_vit_cli import console
 
 console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow is imported
@@ -54,7 +52,7 @@ def _source():
     if FLAGS.saved_model:
         if FLAGS.run_dir or FLAGS.model:
             raise ValueError("Give one of --saved_model, --run_dir or --model.")
-        if not os.path.isdir(FLAGS.saved_model):
+        if not tf.io.gfile.isdir(FLAGS.saved_model):
             raise ValueError(f"--saved_model={FLAGS.saved_model}: no such directory.")
         loaded = tf.saved_model.load(FLAGS.saved_model)
         served = serving.loaded_signatures(loaded)
@@ -96,7 +94,9 @@ def main(argv):
         content = tflite.convert_keras_model(model, FLAGS.quantization, calibration)
     else:
         content = tflite.convert_saved_model(FLAGS.saved_model, FLAGS.quantization, calibration)
-    with open(FLAGS.output, "wb") as f:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(FLAGS.output, "wb") as f:  # local, gs://, ram://
         f.write(content)
     print(
         f"Wrote {FLAGS.output} ({len(content)} bytes, {FLAGS.quantization}, {output}); ops: "

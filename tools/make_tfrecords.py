@@ -37,8 +37,7 @@ images of its slice of the split that pass the checks, so when no image is skipp
 the files are those of one run; with skipped images its shards are shorter instead.
 """
 
-import os
-import shutil
+import contextlib
 
 from absl import app, flags
 
@@ -46,6 +45,8 @@ from keras_vit_cli import console
 
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported (by keras_vit_data): our lines only
+
+import tensorflow as tf  # after console.setup; output paths may be gs://, ram://
 
 from keras_vit_data import fashion_mnist, image_header, writer
 
@@ -127,7 +128,7 @@ def main(argv):
             f"--task_index={FLAGS.task_index}: expected < --num_tasks={FLAGS.num_tasks}"
         )
     # A failed single-task write removes the folder it made (never one that was there).
-    made = not FLAGS.merge and FLAGS.num_tasks == 1 and not os.path.exists(FLAGS.output_dir)
+    made = not FLAGS.merge and FLAGS.num_tasks == 1 and not tf.io.gfile.exists(FLAGS.output_dir)
     try:
         if FLAGS.merge:
             manifest = writer.merge_tasks(FLAGS.output_dir, FLAGS.num_tasks)
@@ -154,8 +155,9 @@ def main(argv):
             seed=FLAGS.seed,
         )
     except (ValueError, OSError) as e:  # DataError included; a failed download
-        if made and os.path.isdir(FLAGS.output_dir):
-            shutil.rmtree(FLAGS.output_dir, ignore_errors=True)
+        if made and tf.io.gfile.isdir(FLAGS.output_dir):
+            with contextlib.suppress(tf.errors.OpError):
+                tf.io.gfile.rmtree(FLAGS.output_dir)
         console.fail(console.error_line(e), console.user_error(e) or console.USAGE)
     if FLAGS.num_tasks > 1:
         print(

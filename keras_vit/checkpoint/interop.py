@@ -15,6 +15,7 @@ The families' options (`keras_vit.families`) are in each opened file's metadata.
 
 import os
 
+from keras_vit import run_directory
 from keras_vit.checkpoint import hub, state_dict, timm_format, transformers_format
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.families import recorded_options
@@ -37,7 +38,9 @@ def claims_directory(weights):
 def directory_family(path):
     """TIMM, TRANSFORMERS or None for a path (None: not such a directory)."""
     config_path = os.path.join(os.fspath(path), state_dict.HUB_CONFIG)
-    if not os.path.isdir(path) or not os.path.isfile(config_path):
+    # run_directory's checks: a path with a scheme (gs://, a remote trainers/ run
+    # given as --init) is asked of its filesystem, not of the local disk.
+    if not run_directory.isdir(path) or not run_directory.exists(config_path):
         return None
     try:
         config = state_dict.read_config(config_path)

@@ -21,6 +21,7 @@ import os
 import ml_dtypes  # noqa: F401  (a Keras dependency: registers bfloat16 with NumPy)
 import numpy as np
 
+from keras_vit import run_directory
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.preprocessing import check_preprocessing
 
@@ -58,7 +59,7 @@ def read_config(path):
     """A JSON config file (a Hub directory's config.json) as a dict. Raises
     CheckpointError naming the file."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with run_directory.open_file(path) as f:  # local, or a path with a scheme
             config = json.load(f)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path} is not a readable JSON config: {e}") from e
