@@ -91,7 +91,8 @@ def _reject(call, path):
     raise LocalCallOnRemotePath(f"local-only call {call}({path!r}) on a ram:// path")
 
 
-def _audit(event, args):
+def _audit(event, args, _guard=_guard, AUDITED=AUDITED, _remote=_remote, _reject=_reject):
+    # (its names bound now: the hook outlives the module's globals at shutdown)
     if _guard["on"] and event in AUDITED:
         for arg in args:
             if _remote(arg):
@@ -252,21 +253,42 @@ class Killed(Exception):
 
 
 def _run_tool(module_name, argv):
-    """A tools/ program's `main` in this process with the command line `argv`; its
-    absl flags are removed afterwards (the export tools define the same ones)."""
+    """A tools/ program's `main` in this process with the command line `argv`
+    (tests/test_make_tfrecords.py's `run_main`, for any tool). absl's flags are global:
+    their values, and whether they were parsed, are restored afterwards. A tool not yet
+    imported is imported with the other tools' flags set aside (several define the same
+    names: --max_pixels, --run_dir, ...), and removed again with its flags."""
     import importlib
 
     from absl import flags
+    from absl.testing import flagsaver
 
-    before = set(flags.FLAGS)
-    module = importlib.import_module(module_name)
-    try:
-        flags.FLAGS(["prog", *argv])
-        module.main(["prog"])
-    finally:
-        for name in set(flags.FLAGS) - before:
-            delattr(flags.FLAGS, name)
-        sys.modules.pop(module_name, None)
+    FLAGS = flags.FLAGS
+    was_parsed, was_imported = FLAGS.is_parsed(), module_name in sys.modules
+    with flagsaver.flagsaver():
+        aside = []  # (module, flag) of the other tools' flags
+        if not was_imported:
+            for owner, owned in FLAGS.flags_by_module_dict().items():
+                if owner.startswith(("keras_vit_tools.", "keras_vit_deploy.")):
+                    aside += [(owner, flag) for flag in owned]
+            for name in {flag.name for _, flag in aside}:
+                delattr(FLAGS, name)
+        before = set(FLAGS)
+        try:
+            module = importlib.import_module(module_name)
+            FLAGS(["prog", *argv])
+            module.main(["prog"])
+        finally:
+            if not was_parsed:
+                FLAGS.unparse_flags()
+            if not was_imported:
+                for name in set(FLAGS) - before:
+                    delattr(FLAGS, name)
+                sys.modules.pop(module_name, None)
+                for owner, flag in aside:
+                    if flag.name not in FLAGS:
+                        FLAGS[flag.name] = flag
+                    FLAGS.register_flag_by_module(owner, flag)
 
 
 def test_records_pretrain_kill_resume_evaluate_export_on_ram(monkeypatch, caplog):
