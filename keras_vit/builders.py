@@ -8,6 +8,7 @@ arguments (input_shape, input_tensor, pooling, classes, classifier_activation)
 mean the same, and an unknown keyword argument is a TypeError naming it.
 """
 
+from keras_vit.checkpoint import hub_names
 from keras_vit.factory import from_weights
 from keras_vit.variants import HYBRID_VARIANTS, VARIANTS
 
@@ -105,8 +106,12 @@ def _family_builder(variant):
 
     def build(weights=None, **kwargs):
         kwargs.setdefault("name", variant.lower())
-        defaults = {} if weights is not None else options
-        return from_weights(weights, **{**sizes, **defaults, **kwargs})
+        if weights is None:
+            return from_weights(None, **{**sizes, **options, **kwargs})
+        published = hub_names.resolve(variant, weights)  # 'lvd142m', 'openai', ...
+        if published is not None:
+            weights, kwargs = published.weights, {**dict(published.arguments), **kwargs}
+        return from_weights(weights, **{**sizes, **kwargs})
 
     build.__name__ = build.__qualname__ = variant
     shown = ", ".join(f"{key}={value!r}" for key, value in options.items())
@@ -115,6 +120,9 @@ def _family_builder(variant):
         f"{sizes['mlp_dim']}, {sizes['num_heads']} heads, {sizes['num_layers']} layers; "
         f"its family's options {shown} (without `weights`; with them, the file's, "
         "`keras_vit.families`).\n\n"
+        f"`weights`: a published name ({', '.join(hub_names.names_for(variant))}: its timm "
+        "repository on the Hugging Face Hub, `keras_vit.checkpoint.hub_names`), or any "
+        "checkpoint `keras_vit.from_weights` reads.\n\n"
         "Takes the keyword arguments of `keras_vit.VisionTransformer` and keras.applications' "
         "(docs/models.md lists the sources each loads). Returns a `VisionTransformer`."
     )
