@@ -11,6 +11,7 @@ hand-made attention matrices; the model functions (`attention_maps`,
     dist = keras_vit.inspect.attention_distance(model, images)     # (layers, heads) px
     sim = keras_vit.inspect.position_embedding_similarity(model)   # (r, c, r, c)
     comps, var = keras_vit.inspect.embedding_filter_components(model)  # (k, P, P, 3)
+    rgb, var = keras_vit.inspect.patch_feature_pca(model, images)  # (B, rows, cols, 3)
 
 `images` are (B, H, W, 3) in [-1, 1] (`keras_vit.preprocess_input`), of the
 model's size, or of any size for a model of any resolution
@@ -331,3 +332,44 @@ def embedding_filter_components(model, num_components=28, grayscale=False):
     filters = kernel.reshape(-1, kernel.shape[-1]).T  # (D, P*P*channels)
     components, explained = principal_components(filters, num_components)
     return components.reshape(-1, *kernel.shape[:3]), explained
+
+
+# -- Patch-feature PCA (DINOv2, Oquab et al. 2023, Fig. 1) ------------------------
+
+
+def patch_feature_pca(model, images, block=-1, num_components=3, batch_size=32):
+    """The principal components of the patch features of `images`, as colours: one PCA
+    fitted over the patches of all the images together, so that a part that looks
+    alike across images gets one colour (as DINOv2 shows its dense features).
+
+    The features are the `model.feature_extractor` map of `block` (1..L, or from the
+    end: -1 is the last) after the encoder's final LayerNorm (`norm=True`, DINOv2's
+    `x_norm_patchtokens`): patch tokens only, without the class token and register
+    tokens. Each component is min-max scaled over all the images to [0, 1]; the
+    first three read as red, green, blue.
+
+    Args:
+        model: a `keras_vit.VisionTransformer`.
+        images: (B, H, W, C) in [-1, 1], the model's size or, for a model of any
+            resolution, any size its `token_grid` accepts.
+    Returns:
+        (B, rows, cols, k) in [0, 1], k = min(num_components, B * rows * cols,
+        hidden), and the fraction of the variance each component explains (k,).
+    """
+    if len(images) == 0:
+        raise ValueError("patch_feature_pca: no images given.")
+    extractor = model.feature_extractor(blocks=(block,), norm=True)
+    maps = np.concatenate(
+        [
+            keras.ops.convert_to_numpy(
+                next(iter(extractor(images[start : start + batch_size]).values()))
+            )
+            for start in range(0, len(images), batch_size)
+        ]
+    )
+    flat = maps.reshape(-1, maps.shape[-1]).astype(np.float64)
+    components, explained = principal_components(flat, num_components)
+    projected = (flat - flat.mean(axis=0)) @ components.T
+    low, high = projected.min(axis=0), projected.max(axis=0)
+    scaled = (projected - low) / np.where(high > low, high - low, 1.0)
+    return scaled.reshape(*maps.shape[:3], -1).astype(np.float32), explained

@@ -285,3 +285,30 @@ def test_hybrid_maps_and_distances_work_and_its_filters_are_the_stems():
     overlap = np.abs(components.reshape(5, 147) @ expected.T)
     np.testing.assert_allclose(overlap, np.eye(5), atol=1e-4)  # float32 kernel, eps 1e-8
     assert "stem" in vit_inspect.pixel_filters(model)[1]
+
+
+# -- patch-feature PCA -----------------------------------------------------------------
+
+
+def test_patch_feature_pca_colours_the_principal_components_of_the_patch_tokens(rng):
+    """Checked against an eigen-decomposition of the covariance of the last block's
+    normalised patch tokens (not the function's SVD), up to each component's sign; the
+    register tokens are not among the patches."""
+    model = tiny_model(num_registers=2, layer_scale_init=0.5)
+    images = rng.uniform(-1, 1, (3, 12, 16, 3)).astype("float32")
+    colours, explained = vit_inspect.patch_feature_pca(model, images, batch_size=2)
+    assert colours.shape == (3, 3, 4, 3)  # the 3x4 grid of each image; no registers
+
+    features = model.feature_extractor(blocks=(-1,), norm=True)(images)["block2"]
+    flat = keras.ops.convert_to_numpy(features).reshape(-1, 16).astype(np.float64)
+    centred = flat - flat.mean(axis=0)
+    variances, vectors = np.linalg.eigh(centred.T @ centred)
+    order = np.argsort(variances)[::-1][:3]
+    np.testing.assert_allclose(explained, variances[order] / variances.sum(), rtol=1e-6)
+    for k, column in enumerate(order):
+        projected = centred @ vectors[:, column]
+        scaled = (projected - projected.min()) / (projected.max() - projected.min())
+        got = colours[..., k].reshape(-1)
+        flipped = 1.0 - scaled  # the other sign of the same component
+        assert min(np.abs(got - scaled).max(), np.abs(got - flipped).max()) < 1e-5, k
+        assert got.min() == 0.0 and got.max() == 1.0

@@ -9,6 +9,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+from tiny_models import tiny_vit
 
 import keras_vit
 
@@ -98,6 +99,7 @@ def test_visualize_writes_the_four_figures(data_dir, run_dir, tmp_path):
         "attention_distance",
         "position_embedding_similarity",
         "embedding_filters",
+        "patch_feature_pca",
     ):
         png = (out / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 2000, name
@@ -107,6 +109,7 @@ def test_visualize_writes_the_four_figures(data_dir, run_dir, tmp_path):
     # Patch centres 4 px apart on a 4x4 grid: distances lie in [0, diagonal].
     assert (distance > 0).all() and (distance < np.hypot(12, 12)).all()
     assert len(numbers["filter_explained_variance"]) == 6
+    assert len(numbers["patch_feature_explained_variance"]) == 3
     assert numbers["images"] == f"the test split of {data_dir}"
 
 
@@ -249,3 +252,24 @@ def test_evaluators_from_config(data_dir):
     with pytest.raises(ValueError, match=r"config.evals.x.type='nope': expected one of"):
         evaluators.build({"x": dict(type="nope")}, context)
     assert evaluators.build({"v": common.classification_eval("validation")}, context) == []
+
+
+@pytest.mark.parametrize(
+    "preprocessing",
+    [
+        None,
+        {"mean": [0.5] * 3, "std": [0.5] * 3},
+        {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+    ],
+)
+def test_the_figures_feed_a_model_its_own_input_normalisation(preprocessing):
+    """tools/visualize.py shows images in [-1, 1] and feeds the model its own input
+    normalisation (a DINOv2 checkpoint's ImageNet mean/std); SigLIP's 0.5/0.5 is the
+    authors' [-1, 1] scaling."""
+    from keras_vit_tools import inspect_io
+
+    model = tiny_vit(preprocessing=preprocessing)
+    images = np.linspace(-1, 1, 2 * 16 * 16 * 3, dtype="float32").reshape(2, 16, 16, 3)
+    inputs = inspect_io.model_inputs(model, images)
+    mean, std = (0.5, 0.5) if preprocessing is None else map(np.array, preprocessing.values())
+    np.testing.assert_allclose(inputs, ((images + 1) / 2 - mean) / std, atol=2e-6)

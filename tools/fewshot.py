@@ -66,7 +66,8 @@ def run(model, data_dir, batch_size=256, **options):
     start = time.perf_counter()
     evaluator = fewshot_evaluator.FewShotEvaluator(
         data_dir,
-        input_spec.InputSpec(image_size=model.image_size),
+        # the model's own input normalisation (a timm / transformers checkpoint's mean/std)
+        input_spec.InputSpec(image_size=model.image_size, preprocessing=model.preprocessing),
         batch_size=batch_size,
         **options,
     )

@@ -134,3 +134,41 @@ def embedding_filters(
             ax.set_title(f"{100 * explained[i]:.1f}%", fontsize=7)
     fig.suptitle(f"principal components of {title}", fontsize=9)
     return _save(fig, path)
+
+
+def patch_feature_pca(images, colours, path, explained, block_name, source=None):
+    """DINOv2's Fig. 1: per image, the input and its patch features' first three
+    principal components as red, green and blue (one PCA over all the images' patches).
+
+    Args:
+      images: (B, H, W, C) in [-1, 1], C 1 or 3.
+      colours: (B, rows, cols, k) in [0, 1] (keras_vit.inspect.patch_feature_pca);
+        fewer than 3 components leave the missing colours at 0.
+      explained: the variance fraction of each component (k,), in the title.
+      block_name: the features' block ('block 12 after the final LayerNorm').
+    """
+    images = np.asarray(images)
+    colours = np.asarray(colours)
+    rgb = np.zeros((*colours.shape[:3], 3))
+    rgb[..., : min(3, colours.shape[-1])] = colours[..., :3]
+    fig, axes = plt.subplots(len(images), 2, figsize=(4, 2 * len(images)), squeeze=False)
+    for i, (image, pca) in enumerate(zip(images, rgb)):
+        shown = _display(image)
+        if shown.shape[-1] == 1:
+            axes[i, 0].imshow(shown[..., 0], cmap="gray", vmin=0, vmax=1)
+        else:
+            axes[i, 0].imshow(shown)
+        # each patch one colour, stretched over the image's extent
+        axes[i, 1].imshow(pca, interpolation="nearest")
+        for ax in axes[i]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    for ax, title in zip(axes[0], ("input", "patch features: PCA 1-3 as RGB")):
+        ax.set_title(title, fontsize=9)
+    shares = ", ".join(f"{100 * v:.0f}%" for v in np.asarray(explained)[:3])
+    fig.suptitle(
+        f"{_of_images(len(images), source)}; {block_name}; one PCA over all their patches "
+        f"(variance explained: {shares})",
+        fontsize=8,
+    )
+    return _save(fig, path)

@@ -111,3 +111,16 @@ def images_for_figures(pattern, data_dir, split, image_size, limit, channels=3):
             raise ValueError("give --images=GLOB_OR_TFRECORD or --data_dir=DATA")
         pattern = os.path.join(data_dir, f"{split}-*.tfrecord")
     return load_images(pattern, image_size, limit, channels)
+
+
+def model_inputs(model, images):
+    """`images` in [-1, 1] (as the figures show them) as `model` takes them: through its
+    own input normalisation where it has one (a timm or transformers checkpoint's
+    mean and std), else as they are (the authors' [-1, 1])."""
+    if model.preprocessing is None:
+        return images
+    import keras_vit
+    from keras_vit.preprocessing import PIXEL_SCALE
+
+    pixels = (np.asarray(images, np.float32) + 1.0) * PIXEL_SCALE
+    return np.asarray(keras_vit.preprocess_input(pixels, model.preprocessing))

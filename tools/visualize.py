@@ -1,15 +1,19 @@
 r"""Writes the paper's §4.5 figures for a model: attention rollout overlays
 (Fig. 6), mean attention distance per head against depth, position-embedding
 similarity and the principal components of the patch-embedding filters (Fig. 7; a
-hybrid's are its ResNet stem's filters, which read the pixels).
+hybrid's are its ResNet stem's filters, which read the pixels); and DINOv2's view of
+dense features: the last block's patch features, their first three principal
+components as colours (one PCA over all the images' patches).
 
   python tools/visualize.py --run_dir=RUN --data_dir=DATA --output_dir=FIGS
   python tools/visualize.py --model=ViT_B16 --weights=imagenet21k+imagenet2012 \
       --images='photos/*.jpg' --output_dir=FIGS
+  python tools/visualize.py --model=DINOv2_B14_reg --weights=lvd142m \
+      --image_size=448 --images='photos/*.jpg' --output_dir=FIGS
 
 Outputs in --output_dir: attention_rollout.png, attention_distance.png,
-position_embedding_similarity.png, embedding_filters.png and inspect.json (the
-distances in pixels and the explained variances). A figure that has no meaning
+position_embedding_similarity.png, embedding_filters.png, patch_feature_pca.png and
+inspect.json (the distances in pixels and the explained variances). A figure that has no meaning
 for the model (filters of other than 1 or 3 input channels) is skipped with a
 message saying why.
 """
@@ -57,21 +61,22 @@ def write_figures(
     grayscale_filters=False,
     source=None,
 ):
-    """Writes the four figures; returns {figure name: path or reason skipped} and
+    """Writes the five figures; returns {figure name: path or reason skipped} and
     the numbers behind them. `source` names where the images come from (`images_source`):
     the attention figures and inspect.json say it."""
     from keras_vit import inspect as vit_inspect
 
     os.makedirs(output_dir, exist_ok=True)
     out = lambda name: os.path.join(output_dir, name)
-    shown = images[:num_images]
+    inputs = inspect_io.model_inputs(model, images)
+    shown, shown_inputs = images[:num_images], inputs[:num_images]
     titles = [f"label {int(l)}" if l >= 0 else "" for l in labels[:num_images]]
     written, numbers = {}, {}
-    maps = vit_inspect.attention_maps(model, shown, batch_size=batch_size)
+    maps = vit_inspect.attention_maps(model, shown_inputs, batch_size=batch_size)
     written["attention_rollout"] = figures.attention_overlays(
         shown, maps, out("attention_rollout.png"), titles, source
     )
-    distance = vit_inspect.attention_distance(model, images, batch_size=batch_size)
+    distance = vit_inspect.attention_distance(model, inputs, batch_size=batch_size)
     numbers["mean_attention_distance_px"] = distance.round(3).tolist()
     numbers["distance_images"] = len(images)
     numbers["images"] = source
@@ -98,6 +103,16 @@ def write_figures(
         written["embedding_filters"] = figures.embedding_filters(
             components, out("embedding_filters.png"), explained, title=numbers["filters"]
         )
+    colours, explained = vit_inspect.patch_feature_pca(model, shown_inputs, batch_size=batch_size)
+    numbers["patch_feature_explained_variance"] = explained.round(4).tolist()
+    written["patch_feature_pca"] = figures.patch_feature_pca(
+        shown,
+        colours,
+        out("patch_feature_pca.png"),
+        explained,
+        f"block {model.num_layers} after the final LayerNorm",
+        source,
+    )
     with open(out("inspect.json"), "w") as f:
         json.dump({"figures": written, **numbers}, f, indent=1)
     return written, numbers
