@@ -27,22 +27,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _tiny(config, **keys):
-    config.model.update(testing.TINY_MODEL)
-    config.update(
-        dict(
-            batch_size=16,
-            warmup_steps=1,
-            evals=dict(test=dict(type="classification", split="test", every=0, batch_size=32)),
-            total_steps=2,
-            checkpoint_every=2,
-            jit_compile=False,
-            **keys,
-        )
-    )
-    return config
-
-
 def _h5_arrays(path):
     out = {}
     with h5py.File(path, "r") as f:
@@ -63,7 +47,9 @@ def data_dir(tmp_path_factory):
 
 def test_pretrain_exports_the_plain_vit_and_finetune_loads_it(data_dir, tmp_path):
     ssl = str(tmp_path / "ssl")
-    config = train_config.resolve(_tiny(fashion_mnist_masked_patch.get_config()), "pretrain")
+    config = train_config.resolve(
+        testing.tiny_config(fashion_mnist_masked_patch.get_config()), "pretrain"
+    )
     metrics = train_lib.run(
         config, data_dir=data_dir, model_dir=ssl, strategy=tf.distribute.get_strategy()
     )
@@ -85,7 +71,7 @@ def test_pretrain_exports_the_plain_vit_and_finetune_loads_it(data_dir, tmp_path
     assert len(exported) == len(plain.weights)
 
     # The fine-tune loader (finetune.py --init=SSL) builds that ViT and loads it.
-    ft_config = train_config.resolve(_tiny(fashion_mnist.get_config()), "finetune")
+    ft_config = train_config.resolve(testing.tiny_config(fashion_mnist.get_config()), "finetune")
     make_model = train_lib.model_factory(ft_config, init=ssl)
     finetune_model = make_model(num_classes=4)
     train_lib.load_init(finetune_model, ssl)
@@ -108,7 +94,9 @@ def test_pretrain_exports_the_plain_vit_and_finetune_loads_it(data_dir, tmp_path
 
 
 def test_map_batch_ignores_labels_and_gives_mean_colour_targets(rng):
-    config = train_config.resolve(_tiny(fashion_mnist_masked_patch.get_config()), "pretrain")
+    config = train_config.resolve(
+        testing.tiny_config(fashion_mnist_masked_patch.get_config()), "pretrain"
+    )
     objective = objectives.get("masked_patch")
     model = objective.build_model(train_lib.model_factory(config), config, 10)
     assert model.num_classes == 8 and model.image_patch_size == (7, 7)

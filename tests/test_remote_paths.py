@@ -231,20 +231,8 @@ def _tiny_config(mode="pretrain", **keys):
     from keras_vit_configs import fashion_mnist
     from keras_vit_trainers import train_config
 
-    config = fashion_mnist.get_config()
-    config.model.update(testing.TINY_MODEL)
-    config.update(
-        dict(
-            batch_size=16,
-            warmup_steps=1,
-            evals=dict(test=dict(type="classification", split="test", every=10, batch_size=32)),
-            total_steps=20,
-            checkpoint_every=10,
-            jit_compile=False,
-            deterministic_ops=True,
-            **keys,
-        )
-    )
+    keys = {"total_steps": 20, "checkpoint_every": 10, **keys}
+    config = testing.tiny_config(fashion_mnist.get_config(), every=10, **keys)
     return train_config.resolve(config, mode)
 
 

@@ -59,6 +59,27 @@ def trainer_cmd(trainer, data_dir, model_dir, *extra, config="configs/fashion_mn
     return commands.trainer_command(trainer, config, data_dir, model_dir, *TINY, *extra)
 
 
+def tiny_config(config, every=0, **keys):
+    """`config` (an ml_collections recipe) at TINY_MODEL's size and TINY's schedule, for
+    a trainer run in this process: 2 steps of 16, a test evaluation `every` steps (0:
+    at the end only), `keys` over all of it."""
+    config.model.update(TINY_MODEL)
+    test = dict(type="classification", split="test", every=every, batch_size=32)
+    config.update(
+        {
+            "batch_size": 16,
+            "warmup_steps": 1,
+            "evals": dict(test=test),
+            "total_steps": 2,
+            "checkpoint_every": 2,
+            "jit_compile": False,
+            "deterministic_ops": True,
+            **keys,
+        }
+    )
+    return config
+
+
 def env(**extra):
     e = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     e.pop("TF_CONFIG", None)
