@@ -6,6 +6,7 @@ import keras
 import ml_collections
 import numpy as np
 import pytest
+from tiny_models import tiny_vit
 
 import keras_vit
 from keras_vit_trainers import freeze, layer_decay, optimizers
@@ -58,6 +59,36 @@ def test_layer_ids_follow_the_checkpoint_names():
     assert layer_decay.scales(paths, 0.5)[-1] == 1.0
     with pytest.raises(ValueError, match="layer_decay=1.5"):
         layer_decay.scales(paths, 1.5)
+
+
+def test_layer_ids_of_the_families_layers():
+    """On a real model's variable paths: registers and CLIP's pre-norm decay with the
+    embedding, LayerScale with its block, SigLIP's attention pooling with the head."""
+    model = tiny_vit(
+        num_layers=2,
+        classifier="map",
+        num_registers=2,
+        layer_scale_init=0.1,
+        pre_norm=True,
+        position_embedding_for_class_token=False,
+    )
+    paths = [v.path for v in model.trainable_variables]
+    ids = dict(zip(paths, (layer_decay.layer_id(p, 2) for p in paths)))
+    expected = {"Transformer/registers": 0, "Transformer/encoder_prenorm": 0, "embedding": 0}
+    expected.update({"MAPHead_0": 3, "Transformer/encoder_norm": 3, "head": 3})
+    expected.update({f"Transformer/encoderblock_{i}/LayerScale_": i + 1 for i in (0, 1)})
+    for prefix, layer in expected.items():
+        found = {ids[p] for p in paths if p.startswith(prefix)}
+        assert found == {layer}, (prefix, found)
+    assert sorted(set(ids.values())) == [0, 1, 2, 3]
+
+
+def test_freezing_the_backbone_of_a_family_model_trains_its_head_alone():
+    """A linear probe on SigLIP's pooled features: the attention pooling is part of the
+    pre-trained representation, frozen with the registers and LayerScale."""
+    model = tiny_vit(classifier="map", num_registers=2, layer_scale_init=0.1)
+    freeze.apply(model, "backbone")
+    assert [v.path for v in model.trainable_variables] == ["head/kernel", "head/bias"]
 
 
 def test_frozen_backbone_is_bitwise_unchanged_and_the_head_trains():

@@ -5,12 +5,19 @@ A model of L encoder blocks has L + 2 layer ids, read from the checkpoint names 
 variables carry (`variable.path`):
 
   0        the embedding: patch embedding (`embedding`), class token (`cls`), position
-           embedding (`Transformer/posembed_input`) and, in a hybrid, the whole ResNet
+           embedding (`Transformer/posembed_input`), register tokens
+           (`Transformer/registers`, as timm's `reg_token`), CLIP's LayerNorm before the
+           first block (`Transformer/encoder_prenorm`) and, in a hybrid, the whole ResNet
            (`root`, `block1`...`block4`): in the paper a hybrid's ResNet *is* its patch
            embedding, and timm groups a hybrid backbone with the patch embedding the same way
-  i + 1    `Transformer/encoderblock_i`
-  L + 1    what follows the blocks: `Transformer/encoder_norm`, `fc_norm`, `pre_logits`,
-           `head`
+  i + 1    `Transformer/encoderblock_i`, its LayerScale (`LayerScale_1`, `LayerScale_3`)
+           included
+  L + 1    what follows the blocks: `Transformer/encoder_norm`, `fc_norm`, SigLIP's
+           attention pooling (`MAPHead_0`, timm's `attn_pool`), `pre_logits`, `head`
+
+timm's own grouping puts `norm_pre` with the final norm (its pattern `^norm` matches
+both); it normalises the embedding's output before any block, so here it decays with the
+embedding.
 
 A variable of id `i` trains at `decay ** (L + 1 - i)` times the scheduled learning rate:
 the head at 1, the last block at `decay`, the embedding at `decay ** (L + 1)`. Its
@@ -21,7 +28,7 @@ those codebases, where each layer's group has its own learning rate.
 import re
 
 _BLOCK = re.compile(r"(?:^|/)encoderblock_(\d+)/")
-_TOP = ("encoder_norm", "fc_norm", "pre_logits", "head")
+_TOP = ("encoder_norm", "fc_norm", "MAPHead_0", "pre_logits", "head")
 
 
 def num_blocks(paths):
