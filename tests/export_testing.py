@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 from tiny_models import tiny_vit
 
+import keras_vit
 from keras_vit import run_directory
 from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_deploy import datasets, serving
@@ -73,7 +74,8 @@ def tiny_classifier(seed=0, steps=150, batch_size=128):
 # Models other than a logits classifier: (keyword arguments, serving.ModelOutputs
 # kind, main output, its shape per image). Tiny (16 px, 4x4 patches, 1 block) with
 # random weights, so the three exports of each stay fast; together they cover a
-# classifier's own softmax, 1 and 4 input channels, features and a feature map.
+# classifier's own softmax, 1 and 4 input channels, features and a feature map, and
+# each family's layers (LayerScale, registers, attention pooling, pre-norm, QuickGELU).
 OUTPUT_CASES = {
     "softmax_grey": (
         dict(input_shape=(16, 16, 1), classifier_activation="softmax"),
@@ -105,6 +107,54 @@ OUTPUT_CASES = {
         "classifier",
         "probabilities",
         (5,),
+    ),
+    # The families (keras_vit.families), each with what sets it apart. DeiT III:
+    # LayerScale, position embeddings for the patches alone, exact GELU; a softmax head.
+    "family_deit3": (
+        dict(
+            layer_scale_init=0.1,
+            position_embedding_for_class_token=False,
+            approximate_gelu=False,
+            classifier_activation="softmax",
+        ),
+        "classifier",
+        "probabilities",
+        (5,),
+    ),
+    # DINOv2 with registers: its dense features (the registers dropped), fed with
+    # ImageNet's mean and std as its checkpoints state them.
+    "family_dinov2_registers": (
+        dict(
+            layer_scale_init=0.1,
+            num_registers=4,
+            approximate_gelu=False,
+            include_top=False,
+            pooling=None,
+            preprocessing={"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+        ),
+        "feature_map",
+        "feature_map",
+        (4, 4, 16),
+    ),
+    # SigLIP: no class token, big_vision's attention pooling (MAP head).
+    "family_siglip": (
+        dict(classifier="map", include_top=False),
+        "features",
+        "features",
+        (16,),
+    ),
+    # OpenAI CLIP: a LayerNorm before the blocks, QuickGELU, no patch-embedding bias.
+    "family_clip": (
+        dict(
+            pre_norm=True,
+            quick_gelu=True,
+            patch_embedding_bias=False,
+            layer_norm_epsilon=1e-5,
+            include_top=False,
+        ),
+        "features",
+        "features",
+        (16,),
     ),
 }
 
@@ -138,9 +188,11 @@ def random_pixels(count, image_size, channels, seed=0):
 
 
 def keras_outputs(model, pixels):
-    """What the exports of `model` return for uint8/float pixels in [0, 255]: the
-    softmax of a classifier's logits, else the model's own output."""
-    values = model.predict(np.asarray(pixels, np.float32) / 127.5 - 1.0, verbose=0)
+    """What the exports of `model` return for uint8/float pixels in [0, 255], through
+    the model's own input normalisation: the softmax of a classifier's logits, else the
+    model's own output."""
+    inputs = keras_vit.preprocess_input(np.asarray(pixels, np.float32), model.preprocessing)
+    values = model.predict(np.asarray(inputs), verbose=0)
     return (
         tf.nn.softmax(values, axis=-1).numpy() if serving.model_outputs(model).softmax else values
     )
