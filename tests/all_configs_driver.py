@@ -30,9 +30,11 @@ import keras_vit_configs
 from keras_vit import families
 
 # The fine-tuning recipes (trainers/finetune.py); every other config pre-trains.
-FINETUNE = ("cifar10", "cifar100", "flowers", "pets", "vtab1k", "finetune_imagenet384")
-# vtab1k through its `configs/vtab1k.py:TASK` form, for one task.
+FINETUNE = ("cifar10", "cifar100", "flowers", "pets", "vtab1k", "finetune_imagenet384", "families")
+# vtab1k through its `configs/vtab1k.py:TASK` form, for one task; configs/families.py for
+# each family (each takes its own path: LayerScale, registers, pooling, pre-norm, ...).
 VTAB_TASK = "vtab1k:dtd"
+FAMILY_SPECS = tuple(f"families:{family}" for family in ("clip", "deit3", "dinov2", "siglip"))
 # A model of milliseconds per step, at 8x8 px (2x2 patches), one step of a batch of 4 (two
 # per replica under 2 replicas), no evaluations; everything else is the config's own.
 TINY_MODEL = dict(patch_size=4, hidden_size=8, mlp_dim=16, num_heads=2, num_layers=1)
@@ -58,7 +60,8 @@ def specs():
         for m in pkgutil.iter_modules(keras_vit_configs.__path__)
         if hasattr(importlib.import_module(f"keras_vit_configs.{m.name}"), "get_config")
     ]
-    return sorted(VTAB_TASK if name == VTAB_TASK.split(":")[0] else name for name in names)
+    expanded = {VTAB_TASK.split(":")[0]: (VTAB_TASK,), "families": FAMILY_SPECS}
+    return sorted(spec for name in names for spec in expanded.get(name, (name,)))
 
 
 def tiny_overrides(config):
@@ -211,13 +214,17 @@ def model_arguments(config):
     """The VisionTransformer arguments `config`'s model is built with, complete (the
     variant's sizes, the config's model and model_overrides, the model's defaults), as
     keras_vit resolves them."""
-    from keras_vit import applications_args, variants
+    from keras_vit import applications_args, builders, variants
     from keras_vit import vision_transformer as vt
 
     spec = config.model.to_dict() if hasattr(config.model, "to_dict") else config.model
     spec = {"variant": spec} if isinstance(spec, str) else dict(spec)
     variant = spec.pop("variant", None)
-    arch = {**variants.VARIANTS, **variants.HYBRID_VARIANTS}[variant] if variant else {}
+    # a family's builder: its sizes and its family's options (without weights)
+    families = {
+        name: {**sizes, **options} for name, (sizes, options) in builders.FAMILY_VARIANTS.items()
+    }
+    arch = {**variants.VARIANTS, **variants.HYBRID_VARIANTS, **families}[variant] if variant else {}
     overrides = {k: v for k, v in config.model_overrides.to_dict().items() if v is not None}
     arguments = {**arch, **spec, **overrides, "image_size": config.image_size}
     return applications_args.with_defaults(vt.VisionTransformer.given_arguments(**arguments))

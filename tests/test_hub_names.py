@@ -126,3 +126,23 @@ def test_every_name_is_timms_checkpoint_of_the_builders_architecture():
             assert quick is not None and quick.hf_hub_id == repo, (variant, name)
         checked += 1
     assert checked == len(hub_names.HUB_NAMES)
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
+def test_a_fine_tune_init_by_published_name_opens_its_repository(monkeypatch):
+    """trainers/finetune.py --config.model=CLIP_B16 --init=openai: the repository's
+    file, with what the name adds (QuickGELU) in its record for the model's options."""
+    from keras_vit.checkpoint.source import Source
+    from keras_vit_trainers import train_lib
+
+    opened = []
+    record = {"quick_gelu": False, "pre_norm": True}
+    fake = Source("snapshot/model.safetensors", record, read=lambda model: {})
+    monkeypatch.setattr(keras_vit.checkpoint, "open_source", lambda w: opened.append(w) or fake)
+    init = train_lib.open_init("openai", "CLIP_B16")
+    assert opened == ["hf-hub:timm/vit_base_patch16_clip_224.openai"]
+    assert init.metadata == {"quick_gelu": True, "pre_norm": True}
+    assert train_lib.options_of_init(init, {"pre_norm": False}) == {"quick_gelu": True}
+    assert train_lib.open_init("openai", "ViT_B16") == "openai"  # not a family's name

@@ -152,15 +152,16 @@ def test_savedmodel_export_of_a_timm_file(tmp_path, reference):
     keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
 )
 def test_finetune_init_from_a_transformers_folder(reference):
-    """--init=HF_DIR: the trainer's model (config.model with the family's options in
-    model_overrides, another head) takes every other array of the folder."""
+    """--init=HF_DIR: the trainer's model (config.model, another head) takes the
+    folder's options (transformers' exact GELU and epsilon 1e-12, where
+    config.model_overrides leaves them open) and every other array of the folder."""
     import types
 
     from keras_vit_trainers import train_lib
 
     config = types.SimpleNamespace(
         model=dict(FIXTURE_SIZES),
-        model_overrides={"approximate_gelu": False, "layer_norm_epsilon": 1e-12},
+        model_overrides={},
         image_size=FIXTURE_SIZES["image_size"],
     )
     init = train_lib.open_init(_fixture("transformers_classifier"))

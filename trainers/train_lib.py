@@ -22,6 +22,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit import run_directory
+from keras_vit.families import FAMILY_OPTIONS
 from keras_vit_data import readers
 from keras_vit_trainers import callbacks as callbacks_lib
 from keras_vit_trainers import (
@@ -51,6 +52,11 @@ def _to_dict(value):
     return value.to_dict() if hasattr(value, "to_dict") else value
 
 
+def builder_name(config):
+    """config.model when it names a builder ('ViT_B16', 'DINOv2_B14_reg'), else None."""
+    return config.model if isinstance(config.model, str) else None
+
+
 def model_factory(config, init=None):
     """`make_model(**overrides)` for the objective.
 
@@ -61,12 +67,15 @@ def model_factory(config, init=None):
     """
     import keras_vit
 
-    init = open_init(init)
     spec = _to_dict(config.model)
-    if isinstance(init, keras_vit.checkpoint.Source):
-        spec = init.config
+    init = open_init(init, builder_name(config))
     # None: not set (configs/common.py declares every override, unset).
     overrides = {k: v for k, v in (_to_dict(config.model_overrides) or {}).items() if v is not None}
+    if isinstance(init, keras_vit.checkpoint.Source):
+        if init.kind == RUN_DIRECTORY_KIND:
+            spec = init.config
+        else:  # a timm / transformers checkpoint: its family's options and normalisation
+            overrides = {**options_of_init(init, overrides), **overrides}
     overrides["image_size"] = config.image_size
 
     def make_model(**kwargs):
@@ -77,17 +86,50 @@ def model_factory(config, init=None):
     return make_model
 
 
-def open_init(init):
+RUN_DIRECTORY_KIND = "run directory"  # keras_vit.checkpoint.source's Kind of a run
+# What a timm / transformers --init gives the model built from the config, where
+# config.model_overrides does not set it: the options on which its family computes
+# (keras_vit.families: LayerScale, registers, DeiT III's position embeddings, ...) and
+# its input normalisation (a DINOv2 file's ImageNet mean and std).
+INIT_OPTIONS = (*FAMILY_OPTIONS, "preprocessing")
+
+
+def open_init(init, variant=None):
     """--init, opened once where it says what model to build: a run directory
     (`keras_vit.checkpoint.open_source` reads its model_config.json, for
-    `model_factory`, and its weights when `load_init` loads them). Anything else
-    is returned as given (opened by `load_init`, for the model built from the
-    config), as are None and what this returned."""
+    `model_factory`, and its weights when `load_init` loads them), a timm /
+    transformers file, folder or Hub name, or a published name of the family builder
+    `variant` (config.model: `DINOv2_B14_reg` and 'lvd142m', `keras_vit.checkpoint.
+    hub_names`) (their family's options). Anything else is returned as given (opened by
+    `load_init`, for the model built from the config), as are None and what this
+    returned."""
     import keras_vit
+    from keras_vit.checkpoint import hub_names, interop
 
-    if isinstance(init, (str, os.PathLike)) and run_directory.is_run(init):
+    if not isinstance(init, (str, os.PathLike)):
+        return init
+    published = hub_names.lookup(variant, os.fspath(init)) if variant else None
+    if published is not None:  # what the file omits (OpenAI CLIP's QuickGELU) joins its record
+        opened = keras_vit.checkpoint.open_source(published.weights)
+        metadata = {**opened.metadata, **dict(published.arguments)}
+        return dataclasses.replace(opened, metadata=metadata)
+    if run_directory.is_run(init) or interop.claims(os.fspath(init)):
         return keras_vit.checkpoint.open_source(init)
     return init
+
+
+def options_of_init(init, overrides):
+    """`INIT_OPTIONS` that the opened timm / transformers `init` states and
+    `overrides` (config.model_overrides) leave open, logged in one line."""
+    options = {
+        key: init.metadata[key]
+        for key in INIT_OPTIONS
+        if init.metadata.get(key) is not None and key not in overrides
+    }
+    if options:
+        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(options.items()))
+        log.info("model options from --init: %s", shown)
+    return options
 
 
 def load_init(model, init):
@@ -285,7 +327,7 @@ def _set_precision(config, strategy):
 def build(config, strategy, objective, num_classes, plan, init, jit_compile):
     """The compiled task model, initialised from `init` on a fresh run; `jit_compile`:
     config.jit_compile resolved (config_checks.jit_compile)."""
-    init = open_init(init)
+    init = open_init(init, builder_name(config))
     make_model = model_factory(config, init)
     with strategy.scope():
         model = objective.build_model(make_model, config, num_classes)

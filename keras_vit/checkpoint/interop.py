@@ -24,6 +24,12 @@ TIMM = "timm"
 TRANSFORMERS = "transformers"
 
 
+def claims(weights):
+    """Whether a `weights` string is a timm or transformers checkpoint: a state dict
+    file, a Hub directory or a Hub name ('hf-hub:<org>/<name>')."""
+    return hub.claims(weights) or claims_file(weights) or claims_directory(weights)
+
+
 def claims_file(weights):
     """Whether a `weights` string names a state dict file (by its suffix)."""
     return state_dict.is_state_dict_path(weights)

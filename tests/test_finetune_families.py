@@ -1,0 +1,112 @@
+"""Fine-tuning a family's checkpoint through trainers/finetune.py --init (docs/training.md,
+"Fine-tuning the families"): the model built from the config takes the file's family
+options and input normalisation, its weights load exactly, freezing keeps the backbone
+as the file has it, and layer decay trains SigLIP's attention pooling. Real trainer
+processes on tiny timm files the test writes."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import trainer_testing as testing
+from tiny_models import tiny_vit
+
+import keras_vit
+from keras_vit import run_directory
+from keras_vit.checkpoint import layout, save_timm
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
+)
+
+IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+# The trainers' tiny Transformer on their 28 px images.
+SIZES = dict(image_size=28, **{k: testing.TINY_MODEL[k] for k in testing.TINY_MODEL})
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("data"))
+    testing.make_tiny_data(path)
+    return path
+
+
+def _written(tmp_path, name, **options):
+    """A tiny headless model with `options` and weights far from any initialiser's,
+    written as a timm Hub folder; returns (folder, the model)."""
+    model = tiny_vit(include_top=False, name=name, **{**SIZES, **options})
+    rng = np.random.default_rng(5)
+    model.set_weights(
+        [w + rng.normal(0, 0.2, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
+    folder = str(tmp_path / name)
+    save_timm(model, folder)
+    return folder, model
+
+
+def _finetune(data, run_dir, init, *flags):
+    result = testing.run(
+        testing.trainer_cmd(
+            "finetune",
+            data,
+            run_dir,
+            f"--init={init}",
+            "--config.total_steps=8",
+            "--config.checkpoint_every=8",
+            "--config.learning_rate=0.1",  # steps that move what trains by far more than rounding
+            *flags,
+        )
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(run_directory.RunDirectory(run_dir).model_config) as f:
+        return result.stderr, json.load(f)
+
+
+def test_dinov2_with_registers_keeps_the_files_options_and_frozen_backbone(data, tmp_path):
+    folder, source = _written(
+        tmp_path,
+        "dinov2_reg",
+        num_registers=4,
+        layer_scale_init=0.1,
+        position_embedding_for_class_token=False,
+        approximate_gelu=False,
+        preprocessing=IMAGENET,
+    )
+    run_dir = str(tmp_path / "run")
+    err, config = _finetune(
+        data,
+        run_dir,
+        folder,
+        "--config.model.classifier=token",
+        "--config.freeze=backbone",
+    )
+    # The config's model has neither registers nor LayerScale, a class token position and
+    # tanh GELU: the file's options replace them.
+    assert "model options from --init:" in err and "position_embedding_for_class_token=False" in err
+    assert config["position_embedding_for_class_token"] is False
+    assert config["approximate_gelu"] is False and config["num_registers"] == 4
+    assert config["preprocessing"] == IMAGENET  # the input pipeline normalised as DINOv2's
+    tuned = keras_vit.from_weights(run_dir)
+    expected, got = layout.model_params(source), layout.model_params(tuned)
+    backbone = [k for k in expected if not k.startswith("head")]
+    assert any("registers" in k for k in backbone) and any("LayerScale" in k for k in backbone)
+    for key in backbone:  # frozen: exactly the file's
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+    assert np.abs(got["head/kernel"]).max() > 1e-3  # while the (zero) head trained
+
+
+def test_siglip_fine_tunes_its_attention_pooling_under_layer_decay(data, tmp_path):
+    folder, source = _written(tmp_path, "siglip", classifier="map")
+    run_dir = str(tmp_path / "run")
+    _, config = _finetune(
+        data, run_dir, folder, "--config.model.classifier=map", "--config.layer_decay=0.5"
+    )
+    assert config["classifier"] == "map"
+    expected = layout.model_params(source)
+    got = layout.model_params(keras_vit.from_weights(run_dir))
+    # trained (a key bias has no gradient: softmax ignores what adds to every logit)
+    pooling = [k for k in expected if k.startswith("MAPHead_0/") and "key/bias" not in k]
+    assert len(pooling) > 10
+    moved = {k: float(np.abs(got[k] - expected[k]).max()) for k in pooling}
+    assert min(moved.values()) > 1e-4, moved  # far above the ~1e-6 of float32 rounding
