@@ -84,12 +84,19 @@ FIXTURE_SIZES = {**TINY, "num_layers": 1}
 def timm_vit(seed, sizes=TINY, **options):
     """A timm VisionTransformer of `sizes` (keras_vit's names), random weights
     (`randomized`), timm's `options` (global_pool, class_token, fc_norm, ...)."""
+    return timm_family("vit_tiny_patch16_224", seed, sizes, **options)
+
+
+def timm_family(architecture, seed, sizes=TINY, image_size=None, **options):
+    """timm's `architecture` (a family's: 'vit_small_patch14_reg4_dinov2', ...) at
+    `sizes` (keras_vit's names; `image_size` instead of theirs where given), random
+    weights (`randomized`), timm's `options`; NUM_CLASSES classes unless they say."""
     timm = import_timm()
     options.setdefault("num_classes", NUM_CLASSES)
     model = timm.create_model(
-        "vit_tiny_patch16_224",
+        architecture,
         pretrained=False,
-        img_size=sizes["image_size"],
+        img_size=image_size or sizes["image_size"],
         patch_size=sizes["patch_size"],
         embed_dim=sizes["hidden_size"],
         depth=sizes["num_layers"],
@@ -121,3 +128,116 @@ def transformers_vit(
         **options,
     )
     return randomized(getattr(transformers, model_class)(config, **(model_options or {})), seed)
+
+
+# The families (tests/test_interop_families.py; fixtures in tests/fixtures/interop).
+# timm architecture -> (its options beside the sizes, the keras_vit options the file gives)
+TIMM_FAMILIES = {
+    "deit3": (
+        "deit3_small_patch16_224",
+        dict(),
+        dict(position_embedding_for_class_token=False),  # and LayerScale (its init is not in it)
+    ),
+    "dinov2": ("vit_small_patch14_dinov2", dict(), dict(layer_scale_init=1e-5)),
+    "dinov2_reg4": (
+        "vit_small_patch14_reg4_dinov2",
+        dict(),
+        dict(num_registers=4, position_embedding_for_class_token=False),
+    ),
+    "siglip": ("vit_base_patch16_siglip_224", dict(), dict(classifier="map")),
+    "siglip_gelu_tanh": (
+        "vit_base_patch32_siglip_256",
+        dict(),
+        dict(classifier="map", approximate_gelu=True),
+    ),
+    "siglip headless": (
+        "vit_base_patch16_siglip_224",
+        dict(num_classes=0),
+        dict(classifier="map"),
+    ),
+    "clip": (
+        "vit_base_patch16_clip_224",
+        dict(),
+        dict(pre_norm=True, patch_embedding_bias=False, layer_norm_epsilon=1e-5),
+    ),
+    "clip_quickgelu": (
+        "vit_base_patch16_clip_quickgelu_224",
+        dict(),
+        dict(pre_norm=True, quick_gelu=True, layer_norm_epsilon=1e-5),
+    ),
+    "reg4 gap": (
+        "vit_base_patch16_reg4_gap_256",
+        dict(),
+        dict(num_registers=4, classifier="gap", fc_norm=True),
+    ),
+}
+
+
+# transformers model class -> (its config class, config options, keras_vit options)
+TRANSFORMERS_FAMILIES = {
+    "Dinov2Model": ("Dinov2Config", dict(), dict(layer_scale_init=1.0)),
+    "Dinov2WithRegistersModel": (
+        "Dinov2WithRegistersConfig",
+        dict(num_register_tokens=2),
+        dict(num_registers=2, position_embedding_for_class_token=True),
+    ),
+    "SiglipVisionModel": ("SiglipVisionConfig", dict(), dict(classifier="map")),
+    "CLIPVisionModel": (
+        "CLIPVisionConfig",
+        dict(),
+        dict(fc_norm=True, pre_norm=True, quick_gelu=True, patch_embedding_bias=False),
+    ),
+    "CLIPVisionModelWithProjection": (
+        "CLIPVisionConfig",
+        dict(projection_dim=5, hidden_act="gelu"),
+        dict(fc_norm=True, pre_norm=True, quick_gelu=False, num_classes=5),
+    ),
+}
+
+
+def transformers_family(model_class, seed, sizes=TINY, **options):
+    """transformers' `model_class` (a key of TRANSFORMERS_FAMILIES) at `sizes`, random
+    weights, its config's options and `options`."""
+    import_timm()  # torchvision importable, for transformers' lazy imports
+    import transformers
+
+    config_class, config_options, _ = TRANSFORMERS_FAMILIES[model_class]
+    config = getattr(transformers, config_class)(
+        hidden_size=sizes["hidden_size"],
+        num_hidden_layers=sizes["num_layers"],
+        num_attention_heads=sizes["num_heads"],
+        image_size=sizes["image_size"],
+        patch_size=sizes["patch_size"],
+        **(
+            {"mlp_ratio": sizes["mlp_dim"] // sizes["hidden_size"]}
+            if "Dinov2" in config_class
+            else {"intermediate_size": sizes["mlp_dim"]}
+        ),
+        **config_options,
+        **options,
+    )
+    return randomized(getattr(transformers, model_class)(config), seed)
+
+
+def transformers_family_forward(module, x, **kwargs):
+    """A family tower's features for channels-last numpy images: its projected
+    `image_embeds` where it has them, else its `pooler_output`."""
+    import torch
+
+    with torch.no_grad():
+        out = module(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))), **kwargs)
+    value = getattr(out, "image_embeds", None)
+    return (value if value is not None else out.pooler_output).numpy()
+
+
+# The families committed as fixtures (tests/fixtures/make_interop_fixtures.py), read by
+# the main suite without torch (tests/test_interop.py): a key of each table above.
+FAMILY_FIXTURES = {
+    "timm": ("clip_quickgelu", "deit3", "dinov2_reg4", "siglip"),
+    "transformers": (
+        "CLIPVisionModel",
+        "Dinov2Model",
+        "Dinov2WithRegistersModel",
+        "SiglipVisionModel",
+    ),
+}

@@ -14,7 +14,13 @@ import keras
 import numpy as np
 import pytest
 import scipy
-from interop_testing import FIXTURE_SIZES, FIXTURES
+from interop_testing import (
+    FAMILY_FIXTURES,
+    FIXTURE_SIZES,
+    FIXTURES,
+    TIMM_FAMILIES,
+    TRANSFORMERS_FAMILIES,
+)
 from test_convert_checkpoint import tool  # noqa: F401  (the tool's module, as a fixture)
 
 import keras_vit
@@ -43,6 +49,24 @@ CASES = {
         dict(approximate_gelu=False, layer_norm_epsilon=1e-12),
     ),
 }
+# The families: timm's with their heads, transformers' towers headless (their pooled or
+# projected features); the options each file gives (tests/interop_testing.py's tables).
+CASES.update(
+    {
+        f"timm_{name}": (f"timm_{name}", {}, TIMM_FAMILIES[name][2])
+        for name in FAMILY_FIXTURES["timm"]
+    }
+)
+CASES.update(
+    {
+        f"transformers_{name}": (
+            f"transformers_{name}",
+            {"include_top": False},
+            TRANSFORMERS_FAMILIES[name][2],
+        )
+        for name in FAMILY_FIXTURES["transformers"]
+    }
+)
 # float32 sums of a few dozen products of O(1) numbers, two implementations: their
 # rounding differs by a few ulps of the outputs' O(1) scale.
 TOLERANCE = 1e-5
@@ -97,6 +121,14 @@ def test_keras_round_trip_keeps_the_family_options(tmp_path, reference):
         ("timm_gap_fc_norm", "save_timm"),
         ("transformers_classifier", "save_transformers"),
         ("transformers_model", "save_transformers"),
+        # the families, written for timm (their transformers classes read them; the
+        # transformers writer is the plain ViT's)
+        *((f"timm_{name}", "save_timm") for name in FAMILY_FIXTURES["timm"]),
+        *(
+            (f"transformers_{name}", "save_timm")
+            for name in FAMILY_FIXTURES["transformers"]
+            if name != "Dinov2WithRegistersModel"  # its class token's position: below
+        ),
     ],
 )
 def test_written_back_and_read_again_bitwise(name, save, tmp_path):
@@ -112,6 +144,26 @@ def test_written_back_and_read_again_bitwise(name, save, tmp_path):
         np.testing.assert_array_equal(again_params[key], value, err_msg=key)
     for option in FAMILY_OPTIONS + ("classifier", "representation_size"):
         assert getattr(again, option) == getattr(model, option), option
+
+
+def test_registers_with_a_class_token_position_are_written_for_timm_folded(tmp_path, reference):
+    """transformers' DINOv2 with registers gives its class token a position embedding;
+    timm's layout for registers has none (no_embed_class): save_timm adds that row to
+    the class token, the same function (outputs bitwise equal), read back as timm's."""
+    model = _load("transformers_Dinov2WithRegistersModel")
+    keras_vit.checkpoint.save_timm(model, tmp_path / "out")
+    again = keras_vit.from_weights(str(tmp_path / "out"), **FIXTURE_SIZES, include_top=False)
+    assert model.position_embedding_for_class_token and not again.position_embedding_for_class_token
+    params, again_params = (keras_vit.checkpoint.model_params(m) for m in (model, again))
+    position = params["Transformer/posembed_input/pos_embedding"]
+    np.testing.assert_array_equal(again_params["cls"], params["cls"] + position[:, :1])
+    np.testing.assert_array_equal(
+        again_params["Transformer/posembed_input/pos_embedding"], position[:, 1:]
+    )
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(again(reference["images"])),
+        keras.ops.convert_to_numpy(model(reference["images"])),
+    )
 
 
 @pytest.mark.parametrize("name", ["timm_token", "transformers_classifier", "transformers_model"])

@@ -12,7 +12,17 @@ The worst |Δ| of each case is printed (`-s`)."""
 import keras
 import numpy as np
 import pytest
-from interop_testing import NUM_CLASSES, TINY, images, import_timm, randomized, torch_forward
+from interop_testing import (
+    TIMM_FAMILIES,
+    TINY,
+    TRANSFORMERS_FAMILIES,
+    images,
+    import_timm,
+    timm_family,
+    torch_forward,
+    transformers_family,
+    transformers_family_forward,
+)
 
 import keras_vit
 
@@ -35,70 +45,11 @@ def _close(ours, theirs, what):
     return worst
 
 
-# timm architecture -> (its options beside the sizes, the keras_vit options the file gives)
-TIMM = {
-    "deit3": (
-        "deit3_small_patch16_224",
-        dict(),
-        dict(position_embedding_for_class_token=False),  # and LayerScale (its init is not in it)
-    ),
-    "dinov2": ("vit_small_patch14_dinov2", dict(), dict(layer_scale_init=1e-5)),
-    "dinov2_reg4": (
-        "vit_small_patch14_reg4_dinov2",
-        dict(),
-        dict(num_registers=4, position_embedding_for_class_token=False),
-    ),
-    "siglip": ("vit_base_patch16_siglip_224", dict(), dict(classifier="map")),
-    "siglip_gelu_tanh": (
-        "vit_base_patch32_siglip_256",
-        dict(),
-        dict(classifier="map", approximate_gelu=True),
-    ),
-    "siglip headless": (
-        "vit_base_patch16_siglip_224",
-        dict(num_classes=0),
-        dict(classifier="map"),
-    ),
-    "clip": (
-        "vit_base_patch16_clip_224",
-        dict(),
-        dict(pre_norm=True, patch_embedding_bias=False, layer_norm_epsilon=1e-5),
-    ),
-    "clip_quickgelu": (
-        "vit_base_patch16_clip_quickgelu_224",
-        dict(),
-        dict(pre_norm=True, quick_gelu=True, layer_norm_epsilon=1e-5),
-    ),
-    "reg4 gap": (
-        "vit_base_patch16_reg4_gap_256",
-        dict(),
-        dict(num_registers=4, classifier="gap", fc_norm=True),
-    ),
-}
-
-
-def _timm_model(architecture, seed, image_size=TINY["image_size"], **options):
-    timm = import_timm()
-    options.setdefault("num_classes", NUM_CLASSES)
-    model = timm.create_model(
-        architecture,
-        pretrained=False,
-        img_size=image_size,
-        patch_size=TINY["patch_size"],
-        embed_dim=TINY["hidden_size"],
-        depth=TINY["num_layers"],
-        num_heads=TINY["num_heads"],
-        mlp_ratio=TINY["mlp_dim"] / TINY["hidden_size"],
-        **options,
-    )
-    return randomized(model, seed)
-
-
-@pytest.mark.parametrize("family", sorted(TIMM))
+@pytest.mark.parametrize("family", sorted(TIMM_FAMILIES))
 def test_timm_family(family, tmp_path):
     timm = import_timm()
-    architecture, options, expected = TIMM[family]
-    source = _timm_model(architecture, 1, **options)
+    architecture, options, expected = TIMM_FAMILIES[family]
+    source = timm_family(architecture, 1, **options)
     timm.models.save_for_hf(source, tmp_path / "timm", safe_serialization=True)
     headless = options.get("num_classes") == 0
     model = keras_vit.from_weights(str(tmp_path / "timm"), **SIZES, include_top=not headless)
@@ -114,7 +65,7 @@ def test_timm_family(family, tmp_path):
 
     # At another resolution: timm's own filter resizes the file for a model of that size.
     for size in (24, 12):
-        theirs = _timm_model(architecture, 0, image_size=size, **options)
+        theirs = timm_family(architecture, 0, image_size=size, **options)
         filtered = timm.models.vision_transformer.checkpoint_filter_fn(source.state_dict(), theirs)
         theirs.load_state_dict(filtered)
         ours = keras_vit.from_weights(
@@ -129,68 +80,15 @@ def test_timm_family(family, tmp_path):
     _close(model(X), torch_forward(again, X), f"timm {family} written back")
 
 
-# transformers model class -> (its config class, config options, keras_vit options)
-TRANSFORMERS = {
-    "Dinov2Model": ("Dinov2Config", dict(), dict(layer_scale_init=1.0)),
-    "Dinov2WithRegistersModel": (
-        "Dinov2WithRegistersConfig",
-        dict(num_register_tokens=2),
-        dict(num_registers=2, position_embedding_for_class_token=True),
-    ),
-    "SiglipVisionModel": ("SiglipVisionConfig", dict(), dict(classifier="map")),
-    "CLIPVisionModel": (
-        "CLIPVisionConfig",
-        dict(),
-        dict(fc_norm=True, pre_norm=True, quick_gelu=True, patch_embedding_bias=False),
-    ),
-    "CLIPVisionModelWithProjection": (
-        "CLIPVisionConfig",
-        dict(projection_dim=5, hidden_act="gelu"),
-        dict(fc_norm=True, pre_norm=True, quick_gelu=False, num_classes=5),
-    ),
-}
-
-
-def _transformers_model(model_class, seed, **options):
-    import_timm()  # torchvision importable, for transformers' lazy imports
-    import transformers
-
-    config_class, config_options, _ = TRANSFORMERS[model_class]
-    config = getattr(transformers, config_class)(
-        hidden_size=TINY["hidden_size"],
-        num_hidden_layers=TINY["num_layers"],
-        num_attention_heads=TINY["num_heads"],
-        image_size=TINY["image_size"],
-        patch_size=TINY["patch_size"],
-        **(
-            {"mlp_ratio": TINY["mlp_dim"] // TINY["hidden_size"]}
-            if "Dinov2" in config_class
-            else {"intermediate_size": TINY["mlp_dim"]}
-        ),
-        **config_options,
-        **options,
-    )
-    return randomized(getattr(transformers, model_class)(config), seed)
-
-
-def _transformers_forward(module, x, **kwargs):
-    import torch
-
-    with torch.no_grad():
-        out = module(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))), **kwargs)
-    value = getattr(out, "image_embeds", None)
-    return (value if value is not None else out.pooler_output).numpy()
-
-
-@pytest.mark.parametrize("model_class", sorted(TRANSFORMERS))
+@pytest.mark.parametrize("model_class", sorted(TRANSFORMERS_FAMILIES))
 def test_transformers_family(model_class, tmp_path):
-    source = _transformers_model(model_class, 1)
+    source = transformers_family(model_class, 1)
     source.save_pretrained(tmp_path / "hf")
     with_head = model_class.endswith("WithProjection")
     model = keras_vit.from_weights(str(tmp_path / "hf"), **SIZES, include_top=with_head)
-    for option, value in TRANSFORMERS[model_class][2].items():
+    for option, value in TRANSFORMERS_FAMILIES[model_class][2].items():
         assert getattr(model, option) == value, option
-    _close(model(X), _transformers_forward(source, X), f"transformers {model_class}")
+    _close(model(X), transformers_family_forward(source, X), f"transformers {model_class}")
     # At another resolution: DINOv2 interpolates by itself, the others when asked.
     kwargs = {} if "Dinov2" in model_class else {"interpolate_pos_encoding": True}
     for size in (24, 12):
@@ -200,7 +98,7 @@ def test_transformers_family(model_class, tmp_path):
         x = images(2, size, size, seed=size)
         _close(
             ours(x),
-            _transformers_forward(source, x, **kwargs),
+            transformers_family_forward(source, x, **kwargs),
             f"transformers {model_class} at {size}",
         )
     # Written back for timm, whose own forward gives the same features.
