@@ -121,9 +121,12 @@ def test_keras_round_trip_keeps_the_family_options(tmp_path, reference):
         ("timm_gap_fc_norm", "save_timm"),
         ("transformers_classifier", "save_transformers"),
         ("transformers_model", "save_transformers"),
-        # the families, written for timm (their transformers classes read them; the
-        # transformers writer is the plain ViT's)
+        # the families, written for timm, and the transformers towers as their classes
         *((f"timm_{name}", "save_timm") for name in FAMILY_FIXTURES["timm"]),
+        *(
+            (f"transformers_{name}", "save_transformers")
+            for name in FAMILY_FIXTURES["transformers"]
+        ),
         *(
             (f"transformers_{name}", "save_timm")
             for name in FAMILY_FIXTURES["transformers"]

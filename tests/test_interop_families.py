@@ -9,6 +9,8 @@ resized as the source resizes them); then written back (`save_timm`,
 `save_transformers` where the format allows) and computed by the source's code.
 The worst |Δ| of each case is printed (`-s`)."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -25,6 +27,7 @@ from interop_testing import (
 )
 
 import keras_vit
+from keras_vit.checkpoint import CheckpointError
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "torch",
@@ -121,3 +124,67 @@ def test_transformers_dinov2_classifier_refused(tmp_path):
     transformers.Dinov2ForImageClassification(config).save_pretrained(tmp_path / "hf")
     with pytest.raises(RefusedFeatureError, match="class token and patch mean head"):
         keras_vit.from_weights(str(tmp_path / "hf"), **SIZES)
+
+
+# timm family -> the transformers class its headless model is written as (None: no
+# transformers class computes it, and save_transformers says so).
+WRITTEN_FOR_TRANSFORMERS = {
+    "deit3": None,  # patches-only position embeddings beside a class token
+    "dinov2": "Dinov2Model",
+    "dinov2_reg4": None,  # transformers' registers model gives the class token a position
+    "siglip": "SiglipVisionModel",
+    "siglip_gelu_tanh": "SiglipVisionModel",
+    "siglip headless": "SiglipVisionModel",
+    "clip": "CLIPVisionModel",
+    "clip_quickgelu": "CLIPVisionModel",
+    "reg4 gap": None,  # registers with average pooling
+}
+
+
+@pytest.mark.parametrize("family", sorted(TIMM_FAMILIES))
+def test_timm_family_written_for_transformers(family, tmp_path):
+    """save_transformers writes each family as its transformers class, whose own forward
+    gives the model's features; what no class computes is refused, naming save_timm."""
+    import transformers
+
+    timm = import_timm()
+    architecture, options, _ = TIMM_FAMILIES[family]
+    source = timm_family(architecture, 1, **options)
+    timm.models.save_for_hf(source, tmp_path / "timm", safe_serialization=True)
+    model = keras_vit.from_weights(str(tmp_path / "timm"), **SIZES, include_top=False)
+    written = WRITTEN_FOR_TRANSFORMERS[family]
+    if written is None:
+        with pytest.raises(CheckpointError, match="save_timm"):
+            keras_vit.checkpoint.save_transformers(model, tmp_path / "hf")
+        return
+    keras_vit.checkpoint.save_transformers(model, tmp_path / "hf")
+    with open(tmp_path / "hf" / "config.json") as f:
+        assert json.load(f)["architectures"] == [written]
+    theirs = getattr(transformers, written).from_pretrained(tmp_path / "hf").eval()
+    _close(model(X), transformers_family_forward(theirs, X), f"timm {family} -> transformers")
+    again = keras_vit.from_weights(str(tmp_path / "hf"), **SIZES, include_top=False)
+    _close(
+        again(X),
+        keras.ops.convert_to_numpy(model(X)),
+        f"timm {family} -> transformers -> keras_vit",
+    )
+
+
+@pytest.mark.parametrize("model_class", sorted(TRANSFORMERS_FAMILIES))
+def test_transformers_family_written_back(model_class, tmp_path):
+    """Each transformers tower, read and written by keras_vit, is the same class again
+    and computes the source's features; read back, every array is the same."""
+    import transformers
+
+    source = transformers_family(model_class, 1)
+    source.save_pretrained(tmp_path / "hf")
+    with_head = model_class.endswith("WithProjection")
+    model = keras_vit.from_weights(str(tmp_path / "hf"), **SIZES, include_top=with_head)
+    keras_vit.checkpoint.save_transformers(model, tmp_path / "back")
+    again = getattr(transformers, model_class).from_pretrained(tmp_path / "back").eval()
+    _close(model(X), transformers_family_forward(again, X), f"{model_class} written back")
+    reread = keras_vit.from_weights(str(tmp_path / "back"), **SIZES, include_top=with_head)
+    params, reread_params = (keras_vit.checkpoint.model_params(m) for m in (model, reread))
+    assert list(reread_params) == list(params)
+    for key, value in params.items():
+        np.testing.assert_array_equal(reread_params[key], value, err_msg=key)

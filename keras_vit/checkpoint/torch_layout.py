@@ -115,13 +115,20 @@ def block_parts(params, index):
         if role in NORMS:
             parts[role] = (params[f"{name}/scale"], params[f"{name}/bias"])
             continue
-        kernel, bias = np.asarray(params[f"{name}/kernel"]), np.asarray(params[f"{name}/bias"])
-        if role == "out":
-            kernel = kernel.reshape(-1, kernel.shape[-1])
-        else:
-            kernel = kernel.reshape(kernel.shape[0], -1)
-        parts[role] = (kernel.T, bias.reshape(-1))
+        parts[role] = linear_from_heads(params[f"{name}/kernel"], params[f"{name}/bias"], role)
     return parts
+
+
+def linear_from_heads(kernel, bias, role):
+    """An attention projection's official kernel and bias (`role` 'query', 'key',
+    'value': (D, heads, head_dim) and (heads, head_dim); 'out': (heads, head_dim, D)
+    and (D,); a Dense (in, out) as it is) as a Linear's (out, in) weight and bias."""
+    kernel, bias = np.asarray(kernel), np.asarray(bias)
+    if role == "out":
+        kernel = kernel.reshape(-1, kernel.shape[-1])
+    else:
+        kernel = kernel.reshape(kernel.shape[0], -1)
+    return kernel.T, bias.reshape(-1)
 
 
 def num_blocks(params):

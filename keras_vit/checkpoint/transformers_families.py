@@ -333,3 +333,207 @@ def _split_heads(params, num_heads):
             out[f"{prefix}MultiHeadDotProductAttention_0{name}"] = value
         out.update({prefix + k: v for k, v in head.items() if k not in ("probe", "parts")})
     return out
+
+
+# --- writing ------------------------------------------------------------------------------
+
+# model_type -> the transformers class a model of it is written as (headless; CLIP's
+# with its projection as the head: CLIPVisionModelWithProjection).
+ARCHITECTURES = {
+    DINOV2: "Dinov2Model",
+    DINOV2_REGISTERS: "Dinov2WithRegistersModel",
+    SIGLIP: "SiglipVisionModel",
+    CLIP: "CLIPVisionModel",
+}
+CLIP_WITH_PROJECTION = "CLIPVisionModelWithProjection"
+# What each model_type computes, as keras_vit's family options (beside its activation).
+_SHAPES = {
+    DINOV2: dict(classifier="token", pre_norm=False, fc_norm=False, patch_embedding_bias=True),
+    SIGLIP: dict(classifier="map", pre_norm=False, fc_norm=False, patch_embedding_bias=True),
+    # fc_norm either way: a LayerNorm of every token, then the class token, is
+    # post_layernorm of the class token (timm's CLIP towers are written so)
+    CLIP: dict(classifier="token", pre_norm=True, patch_embedding_bias=False),
+}
+
+
+def family_of(model):
+    """The model_type a family model is written as (`write_config`, `write_state`), or
+    None for a model of none of these options (transformers' plain ViT).
+
+    Raises:
+        CheckpointError: family options no transformers class computes (named, with
+            `save_timm` to write it instead): DeiT III's position embeddings for the
+            patches alone, LayerScale or registers beside another family's options, a
+            head on DINOv2 or SigLIP (their classification heads pool otherwise), ...
+    """
+    layer_scale = getattr(model, "layer_scale_init", None) is not None
+    registers = int(getattr(model, "num_registers", 0))
+    if model.classifier == "map":
+        model_type = SIGLIP
+    elif getattr(model, "pre_norm", False):
+        model_type = CLIP
+    elif layer_scale or registers:
+        model_type = DINOV2_REGISTERS if registers else DINOV2
+    else:
+        return None
+    name = model.name
+    shape = _SHAPES[DINOV2 if model_type == DINOV2_REGISTERS else model_type]
+    differs = [k for k, v in shape.items() if getattr(model, k, None) != v]
+    if model_type in (DINOV2, DINOV2_REGISTERS):
+        if not getattr(model, "position_embedding_for_class_token", True):
+            differs.append("position_embedding_for_class_token")
+    elif layer_scale or registers or getattr(model, "quick_gelu", False) and model_type == SIGLIP:
+        differs.append("layer_scale_init / num_registers / quick_gelu")
+    if differs:
+        raise CheckpointError(
+            f"{name}: no transformers class computes a {ARCHITECTURES[model_type]}-like "
+            f"model with {', '.join(f'{k}={getattr(model, k, None)!r}' for k in differs)} "
+            "(write it for timm: keras_vit.checkpoint.save_timm)."
+        )
+    if model.include_top and model_type != CLIP:
+        raise CheckpointError(
+            f"{name}: a head on a {ARCHITECTURES[model_type]}: transformers' classification "
+            "classes of this family pool otherwise (the class token and the patches' mean); "
+            "write it headless (include_top=False), or for timm (save_timm)."
+        )
+    if model.include_top and getattr(model, "representation_size", None):
+        raise CheckpointError(f"{name}: CLIP's towers have no pre_logits layer.")
+    return model_type
+
+
+def write_config(model, model_type, activations):
+    """config.json of `model` as `model_type`'s class; `activations`: transformers'
+    name for (approximate_gelu) of the exact and tanh GELU."""
+    height, width = to_pair(model.image_size)
+    patch = to_pair(model.patch_size)
+    if height != width or patch[0] != patch[1]:
+        raise CheckpointError(
+            f"{model.name}: image {height}x{width}, patches {patch}: transformers' "
+            f"{ARCHITECTURES[model_type]} takes square images and patches."
+        )
+    hidden = int(model.hidden_size)
+    if getattr(model, "quick_gelu", False):
+        act = "quick_gelu"
+    else:
+        act = activations[bool(model.approximate_gelu)]
+    architecture = ARCHITECTURES[model_type]
+    config = {
+        "model_type": model_type,
+        "hidden_size": hidden,
+        "num_hidden_layers": int(model.num_layers),
+        "num_attention_heads": int(model.num_heads),
+        "num_channels": int(model.channels),
+        "image_size": height,
+        "patch_size": patch[0],
+        "hidden_act": act,
+        "layer_norm_eps": float(model.layer_norm_epsilon),
+        "attention_dropout": 0.0,
+    }
+    if model_type in (DINOV2, DINOV2_REGISTERS):
+        mlp_ratio = int(model.mlp_dim) / hidden
+        if int(hidden * mlp_ratio) != int(model.mlp_dim):
+            raise CheckpointError(f"{model.name}: mlp_dim {model.mlp_dim} is not a DINOv2 ratio.")
+        config.update(
+            mlp_ratio=int(mlp_ratio) if mlp_ratio.is_integer() else mlp_ratio,
+            layerscale_value=float(model.layer_scale_init),
+            qkv_bias=True,
+            use_swiglu_ffn=False,
+            drop_path_rate=0.0,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+        if model_type == DINOV2_REGISTERS:
+            config["num_register_tokens"] = int(model.num_registers)
+    else:
+        config["intermediate_size"] = int(model.mlp_dim)
+    if model_type == SIGLIP:
+        config["vision_use_head"] = True
+    if model_type == CLIP and model.include_top:
+        architecture = CLIP_WITH_PROJECTION
+        config["projection_dim"] = int(model.num_classes)
+    config["architectures"] = [architecture]
+    return config
+
+
+def write_state(params, model_type):
+    """Official arrays (`layout.model_params`) as `model_type`'s state dict, the
+    inverse of what `open_state` reads (heads joined: `torch_layout.block_parts`)."""
+    dinov2 = model_type in (DINOV2, DINOV2_REGISTERS)
+    modules = _DINOV2_LAYER if dinov2 else _TOWER_LAYER
+    stem = "encoder.layer" if dinov2 else "encoder.layers"
+    state = {}
+    for index in range(torch_layout.num_blocks(params)):
+        parts = torch_layout.block_parts(params, index)
+        for module, role in modules.items():
+            weight, bias = parts[role]
+            state[f"{stem}.{index}.{module}.weight"] = weight
+            state[f"{stem}.{index}.{module}.bias"] = bias
+        for module, name in _LAYER_SCALES.items():
+            scale = params.get(f"{torch_layout.block_prefix(index)}{name}/scale")
+            if scale is not None:
+                state[f"{stem}.{index}.{module}"] = scale
+    kernel = torch_layout.conv_from_kernel(params["embedding/kernel"])
+    position = params["Transformer/posembed_input/pos_embedding"]
+    if dinov2:
+        projection = "embeddings.patch_embeddings.projection"
+        state[f"{projection}.weight"] = kernel
+        state[f"{projection}.bias"] = params["embedding/bias"]
+        state["embeddings.cls_token"] = params["cls"]
+        # transformers' DINOv2 draws it for masked patches only; zero, as it initialises it
+        state["embeddings.mask_token"] = np.zeros_like(params["cls"][0])
+        state["embeddings.position_embeddings"] = position
+        if "Transformer/registers" in params:
+            state["embeddings.register_tokens"] = params["Transformer/registers"]
+        state["layernorm.weight"] = params["Transformer/encoder_norm/scale"]
+        state["layernorm.bias"] = params["Transformer/encoder_norm/bias"]
+        return state
+    state["embeddings.patch_embedding.weight"] = kernel
+    if "embedding/bias" in params:
+        state["embeddings.patch_embedding.bias"] = params["embedding/bias"]
+    state["embeddings.position_embedding.weight"] = position[0]
+    final = "fc_norm" if "fc_norm/scale" in params else "Transformer/encoder_norm"
+    state["post_layernorm.weight"] = params[f"{final}/scale"]
+    state["post_layernorm.bias"] = params[f"{final}/bias"]
+    if model_type == CLIP:
+        state["embeddings.class_embedding"] = params["cls"].reshape(-1)
+        state["pre_layrnorm.weight"] = params["Transformer/encoder_prenorm/scale"]
+        state["pre_layrnorm.bias"] = params["Transformer/encoder_prenorm/bias"]
+    if model_type == SIGLIP:
+        state.update(_map_head_state(params))
+    state = {VISION + key: value for key, value in state.items()}
+    if "head/kernel" in params:  # CLIPVisionModelWithProjection: no bias
+        if np.any(params["head/bias"]):
+            raise CheckpointError(
+                "the head has a bias; CLIPVisionModelWithProjection's projection has none "
+                "(write it for timm: keras_vit.checkpoint.save_timm)."
+            )
+        state["visual_projection.weight"] = np.asarray(params["head/kernel"]).T
+    return state
+
+
+def _map_head_state(params):
+    """SigLIP's MAP head (official 'MAPHead_0/...') as transformers' `head.` keys: its
+    query, key and value joined into one in_proj, as torch's MultiheadAttention keeps them."""
+    prefix = "MAPHead_0/"
+    attention = prefix + "MultiHeadDotProductAttention_0/"
+    joined = {
+        role: torch_layout.linear_from_heads(
+            params[f"{attention}{role}/kernel"], params[f"{attention}{role}/bias"], role
+        )
+        for role in ("query", "key", "value", "out")
+    }
+    qkv = ("query", "key", "value")
+    state = {
+        "head.probe": params[prefix + "probe"],
+        "head.attention.in_proj_weight": np.concatenate([joined[r][0] for r in qkv]),
+        "head.attention.in_proj_bias": np.concatenate([joined[r][1] for r in qkv]),
+        "head.attention.out_proj.weight": joined["out"][0],
+        "head.attention.out_proj.bias": joined["out"][1],
+        "head.layernorm.weight": params[prefix + "LayerNorm_0/scale"],
+        "head.layernorm.bias": params[prefix + "LayerNorm_0/bias"],
+    }
+    for module, name in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
+        dense = f"{prefix}MlpBlock_0/{name}/"
+        state[f"head.mlp.{module}.weight"] = np.asarray(params[dense + "kernel"]).T
+        state[f"head.mlp.{module}.bias"] = params[dense + "bias"]
+    return state

@@ -229,15 +229,25 @@ def save_transformers(model, directory):
     model.safetensors) that `from_pretrained` loads: a model with its head as
     `ViTForImageClassification`, a headless one as `ViTModel` (with its pooler
     where the model has pre_logits; without, load it with
-    `ViTModel.from_pretrained(directory, add_pooling_layer=False)`).
+    `ViTModel.from_pretrained(directory, add_pooling_layer=False)`). A family's
+    model as its own class (`transformers_families.family_of`): DINOv2 (with
+    registers) as `Dinov2Model` / `Dinov2WithRegistersModel`, SigLIP's tower as
+    `SiglipVisionModel`, CLIP's as `CLIPVisionModel` (with its head:
+    `CLIPVisionModelWithProjection`, whose projection has no bias).
 
     Raises:
-        CheckpointError: a model transformers' ViT cannot express (named): a
+        CheckpointError: a model transformers cannot express (named): a
             hybrid, 'gap' (transformers' ViT pools the class token), fc_norm,
-            pre_logits under a head (ViTForImageClassification has no pooler).
+            pre_logits under a head (ViTForImageClassification has no pooler),
+            DeiT III's patches-only position embeddings, a head on DINOv2 or SigLIP.
     Returns:
         the path of the safetensors file written.
     """
+    model_type = transformers_families.family_of(model)
+    if model_type is not None:  # DINOv2, SigLIP's and CLIP's towers: their own classes
+        config = transformers_families.write_config(model, model_type, WRITTEN_ACTIVATIONS)
+        state = transformers_families.write_state(layout.model_params(model), model_type)
+        return _write(directory, state, config, model)
     config = transformers_config(model)
     state = from_params(layout.model_params(model))
     if model.include_top:
@@ -245,6 +255,11 @@ def save_transformers(model, directory):
             (key if key.startswith("classifier.") else CLASSIFIER_PREFIX + key): value
             for key, value in state.items()
         }
+    return _write(directory, state, config, model)
+
+
+def _write(directory, state, config, model):
+    """config.json, model.safetensors and preprocessor_config.json into `directory`."""
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
     weights = os.path.join(directory, state_dict.HUB_WEIGHTS[0])
