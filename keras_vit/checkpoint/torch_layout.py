@@ -119,6 +119,19 @@ def block_parts(params, index):
     return parts
 
 
+def blocks_state(params, stem, modules):
+    """Every encoder block of official `params` as PyTorch keys: '{stem}.{i}.{module}.weight'
+    and '.bias' for each {module name: role} of `modules` (a family's names)."""
+    state = {}
+    for index in range(num_blocks(params)):
+        parts = block_parts(params, index)
+        for module, role in modules.items():
+            weight, bias = parts[role]
+            state[f"{stem}.{index}.{module}.weight"] = weight
+            state[f"{stem}.{index}.{module}.bias"] = bias
+    return state
+
+
 def linear_from_heads(kernel, bias, role):
     """An attention projection's official kernel and bias (`role` 'query', 'key',
     'value': (D, heads, head_dim) and (heads, head_dim); 'out': (heads, head_dim, D)

@@ -461,13 +461,8 @@ def write_state(params, model_type):
     dinov2 = model_type in (DINOV2, DINOV2_REGISTERS)
     modules = _DINOV2_LAYER if dinov2 else _TOWER_LAYER
     stem = "encoder.layer" if dinov2 else "encoder.layers"
-    state = {}
+    state = torch_layout.blocks_state(params, stem, modules)
     for index in range(torch_layout.num_blocks(params)):
-        parts = torch_layout.block_parts(params, index)
-        for module, role in modules.items():
-            weight, bias = parts[role]
-            state[f"{stem}.{index}.{module}.weight"] = weight
-            state[f"{stem}.{index}.{module}.bias"] = bias
         for module, name in _LAYER_SCALES.items():
             scale = params.get(f"{torch_layout.block_prefix(index)}{name}/scale")
             if scale is not None:

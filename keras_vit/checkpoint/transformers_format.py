@@ -337,13 +337,8 @@ def from_params(params):
         f"{projection}.bias": params["embedding/bias"],
         "embeddings.cls_token": params["cls"],
         "embeddings.position_embeddings": params["Transformer/posembed_input/pos_embedding"],
+        **torch_layout.blocks_state(params, "encoder.layer", _LAYER_MODULES),
     }
-    for index in range(torch_layout.num_blocks(params)):
-        parts = torch_layout.block_parts(params, index)
-        for module, role in _LAYER_MODULES.items():
-            weight, bias = parts[role]
-            state[f"encoder.layer.{index}.{module}.weight"] = weight
-            state[f"encoder.layer.{index}.{module}.bias"] = bias
     state["layernorm.weight"] = params["Transformer/encoder_norm/scale"]
     state["layernorm.bias"] = params["Transformer/encoder_norm/bias"]
     for name, module in (("pre_logits", "pooler.dense"), ("head", "classifier")):
