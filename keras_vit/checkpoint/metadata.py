@@ -63,7 +63,10 @@ def from_params(params, arch=None, entry=None, name=None):
         the metadata dict (module docstring): classifier, channels,
         representation_size, num_classes and image_size where the arrays say.
     """
-    meta = {"classifier": "token" if "cls" in params else "gap"}
+    if "MAPHead_0/probe" in params:  # big_vision's attention pooling (SigLIP)
+        meta = {"classifier": "map"}
+    else:
+        meta = {"classifier": "token" if "cls" in params else "gap"}
     stem = params.get(input_kernel(params))
     if stem is not None and stem.ndim == 4:
         meta["channels"] = int(stem.shape[2])
@@ -74,8 +77,13 @@ def from_params(params, arch=None, entry=None, name=None):
         meta["num_classes"] = int(params["head/kernel"].shape[-1])
     posemb = params.get(POSEMB)
     patch = (arch or {}).get("patch_size")
+    if posemb is not None and posemb.ndim == 3 and "cls" in params:
+        rows = posemb.shape[1]
+        if _is_square(rows) and not _is_square(rows - 1):  # big_vision's: patches alone
+            meta["position_embedding_for_class_token"] = False
+    for_cls = "cls" in params and meta.get("position_embedding_for_class_token", True)
     if posemb is not None and posemb.ndim == 3 and isinstance(patch, int):
-        grid_tokens = posemb.shape[1] - (1 if "cls" in params else 0)
+        grid_tokens = posemb.shape[1] - (1 if for_cls else 0)
         side = int(round(np.sqrt(grid_tokens)))
         if side * side == grid_tokens:
             meta["image_size"] = side * patch * arch.get("stride", 1)
@@ -129,3 +137,7 @@ def grid_size(image_size, patch_size, resnet=None):
     spec = resnet_spec(resnet)
     stride = resnet_stride(spec) if spec is not None else 1
     return -(-height // stride) // ph, -(-width // stride) // pw
+
+
+def _is_square(n):
+    return n > 0 and int(round(np.sqrt(n))) ** 2 == n

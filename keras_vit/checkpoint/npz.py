@@ -8,8 +8,18 @@ Published files use pre-Linen module names (`MultiHeadDotProductAttention_1`,
 published names, which are the ones `keras_vit` uses. Old hybrid files store
 GroupNorm scale/bias as (1, 1, 1, C); they are read as (C,), as the official
 `checkpoint._fix_groupnorm` does.
+
+big_vision's files (its `models/vit.py`; SigLIP's two-tower checkpoints, e.g.
+`webli_en_b16_224_63724782.npz`): the position embedding at the top
+(`pos_embedding`, the patches' alone: big_vision adds it before the class token),
+the blocks either one by one or stacked along a first axis by `nn.scan`
+(`Transformer/encoderblock/...`), attention pooling under `MAPHead_0`. A two-tower
+file's image tower is its `img/` subtree, as big_vision's `file.npz:img` reads it; the
+text tower (`txt/`) and the logit scale and bias (`t`, `b`) are left out, in one log
+line.
 """
 
+import logging
 import os
 import re
 import zipfile
@@ -20,6 +30,11 @@ import numpy as np
 from keras_vit.checkpoint.errors import CheckpointError
 
 _PREFIXES = ("opt/target/", "params/", "target/")
+IMAGE_TOWER = "img/"  # a two-tower (image-text) file's image encoder: big_vision's ':img'
+BIG_VISION_POSEMB = "pos_embedding"  # big_vision's, at the top: the patches' alone
+POSEMB = "Transformer/posembed_input/pos_embedding"
+_SCANNED = "Transformer/encoderblock/"  # nn.scan's blocks, stacked along axis 0
+logger = logging.getLogger("keras_vit")
 # Linen module name -> published (pre-Linen) name, inside an encoder block.
 _LINEN_BLOCK_NAMES = {
     "LayerNorm_0": "LayerNorm_0",
@@ -77,9 +92,16 @@ def read_npz(path):
 
 
 def canonical_names(params):
-    """Strips `opt/target/` / `params/` prefixes, maps Linen block module names
-    to the published pre-Linen ones and reshapes old (1, 1, 1, C) GroupNorm
-    scale/bias to (C,). Raises CheckpointError on a name clash."""
+    """Strips `opt/target/` / `params/` prefixes, takes a two-tower file's image tower,
+    unstacks scanned blocks, maps Linen block module names to the published pre-Linen
+    ones, big_vision's top-level `pos_embedding` to the published name, and reshapes
+    old (1, 1, 1, C) GroupNorm scale/bias to (C,). Raises CheckpointError on a name
+    clash."""
+    params = _unscanned(_image_tower({_strip(name): value for name, value in params.items()}))
+    if BIG_VISION_POSEMB in params:
+        if POSEMB in params:
+            raise CheckpointError(f"checkpoint keys '{BIG_VISION_POSEMB}' and '{POSEMB}' clash.")
+        params[POSEMB] = params.pop(BIG_VISION_POSEMB)
     out = {}
     linen_blocks = {
         m.group(1)
@@ -97,6 +119,40 @@ def canonical_names(params):
         if _GROUP_NORM.search(new) and value.ndim == 4 and value.shape[:3] == (1, 1, 1):
             value = value.reshape(value.shape[-1:])
         out[new] = value
+    return out
+
+
+def _image_tower(params):
+    """A two-tower file's image tower (`IMAGE_TOWER` stripped), or `params` as they are."""
+    if not any(name.startswith(IMAGE_TOWER) for name in params):
+        return params
+    tower = {n[len(IMAGE_TOWER) :]: v for n, v in params.items() if n.startswith(IMAGE_TOWER)}
+    others = sorted({name.split("/")[0] for name in params if not name.startswith(IMAGE_TOWER)})
+    logger.info(
+        "a two-tower checkpoint: its image tower (%s) is read; %s not (%d arrays)",
+        IMAGE_TOWER,
+        ", ".join(others),
+        len(params) - len(tower),
+    )
+    return tower
+
+
+def _unscanned(params):
+    """nn.scan's stacked blocks (`Transformer/encoderblock/...`, layers on axis 0) as
+    `Transformer/encoderblock_{i}/...`, as big_vision's `scan_to_pyloop`."""
+    stacked = {n[len(_SCANNED) :]: v for n, v in params.items() if n.startswith(_SCANNED)}
+    if not stacked:
+        return params
+    depths = {np.shape(v)[0] for v in stacked.values()}
+    if len(depths) != 1:
+        raise CheckpointError(
+            f"the stacked blocks ({_SCANNED}...) have first axes of different lengths: "
+            f"{sorted(depths)}."
+        )
+    out = {n: v for n, v in params.items() if not n.startswith(_SCANNED)}
+    for layer in range(depths.pop()):
+        for name, value in stacked.items():
+            out[f"Transformer/encoderblock_{layer}/{name}"] = np.asarray(value[layer])
     return out
 
 

@@ -1,0 +1,134 @@
+"""big_vision's own checkpoints (its models/vit.py layout) through `weights=`: SigLIP's
+two-tower files (the image tower under `img/`, beside `txt/`, `t` and `b`), blocks one
+by one or stacked by nn.scan, the position embedding at the top for the patches alone.
+Each file is written here in that layout from a keras_vit model with random weights (the
+names as big_vision's modules give them, not through keras_vit's writer), read back, and
+must give the same arrays and outputs."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+from tiny_models import tiny_vit
+
+import keras_vit
+from keras_vit.checkpoint import CheckpointError, model_params
+
+# big_vision's Linen names inside a block, for the published ones keras_vit keeps.
+LINEN = {
+    "MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0",
+    "LayerNorm_2": "LayerNorm_1",
+    "MlpBlock_3": "MlpBlock_0",
+}
+SIZES = dict(patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2)
+
+
+def _random(model, seed):
+    rng = np.random.default_rng(seed)
+    model.set_weights(
+        [w + rng.normal(0, 0.3, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
+    return model
+
+
+def big_vision_arrays(model, scanned, tower=None):
+    """`model`'s arrays under big_vision's names: `pos_embedding` at the top, Linen block
+    names, the blocks stacked on a first axis when `scanned`; under 'params/<tower>/'."""
+    blocks, out = {}, {}
+    for name, value in model_params(model).items():
+        match = re.match(r"Transformer/encoderblock_(\d+)/([^/]+)(/.*)", name)
+        if name == "Transformer/posembed_input/pos_embedding":
+            out["pos_embedding"] = value
+        elif match:
+            module = LINEN.get(match.group(2), match.group(2))
+            blocks.setdefault(module + match.group(3), {})[int(match.group(1))] = value
+        else:
+            out[name] = value
+    for name, layers in blocks.items():
+        if scanned:
+            out[f"Transformer/encoderblock/{name}"] = np.stack([layers[i] for i in sorted(layers)])
+        else:
+            out.update({f"Transformer/encoderblock_{i}/{name}": v for i, v in layers.items()})
+    prefix = f"params/{tower}/" if tower else "params/"
+    return {prefix + name: value for name, value in out.items()}
+
+
+def two_tower_file(path, image_tower, scanned):
+    """A SigLIP-like file: the image tower, a text tower's arrays and SigLIP's logit
+    temperature and bias."""
+    rng = np.random.default_rng(3)
+    text = {
+        "params/txt/Embed_0/embedding": rng.normal(size=(11, 16)).astype("float32"),
+        "params/txt/Encoder_0/encoder_norm/scale": np.ones(16, "float32"),
+        "params/t": np.array([2.3], "float32"),
+        "params/b": np.array([-10.0], "float32"),
+    }
+    np.savez(path, **big_vision_arrays(image_tower, scanned, "img"), **text)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def siglip():
+    """A tiny SigLIP image tower: attention pooling, no class token, its projection."""
+    return _random(tiny_vit(classifier="map", num_classes=6, **SIZES), 1)
+
+
+@pytest.mark.parametrize("scanned", [False, True])
+def test_a_siglip_two_tower_file_gives_its_image_tower(siglip, scanned, tmp_path, caplog):
+    path = two_tower_file(tmp_path / "webli.npz", siglip, scanned)
+    with caplog.at_level("INFO", logger="keras_vit"):
+        model = keras_vit.from_weights(path, **SIZES)
+    assert "two-tower checkpoint" in caplog.text and "txt" in caplog.text
+    assert model.classifier == "map" and model.num_classes == 6
+    assert model.image_size == siglip.image_size
+    expected, got = model_params(siglip), model_params(model)
+    assert list(got) == list(expected)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(model(x)), keras.ops.convert_to_numpy(siglip(x))
+    )
+
+
+def test_a_siglip_file_at_another_resolution_resizes_the_patches_grid(siglip, tmp_path):
+    path = two_tower_file(tmp_path / "webli.npz", siglip, scanned=True)
+    model = keras_vit.from_weights(path, **SIZES, image_size=24, include_top=False)
+    assert model.get_layer("Transformer").position_embedding.pos_embedding.shape == (1, 36, 16)
+    assert keras.ops.convert_to_numpy(model(np.zeros((1, 24, 24, 3), "float32"))).shape == (1, 16)
+
+
+def test_a_class_token_model_of_big_vision_has_no_position_for_it(tmp_path):
+    """big_vision adds the position embedding before the class token (pool_type 'tok')."""
+    source = _random(tiny_vit(position_embedding_for_class_token=False, **SIZES), 2)
+    path = str(tmp_path / "tok.npz")
+    np.savez(path, **big_vision_arrays(source, scanned=False))
+    model = keras_vit.from_weights(path, **SIZES)
+    assert model.classifier == "token" and model.position_embedding_for_class_token is False
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(model(x)), keras.ops.convert_to_numpy(source(x))
+    )
+
+
+def test_an_incomplete_image_tower_is_named(siglip, tmp_path):
+    path = two_tower_file(tmp_path / "webli.npz", siglip, scanned=False)
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files if k != "params/img/MAPHead_0/LayerNorm_0/scale"}
+    np.savez(path, **arrays)
+    with pytest.raises(CheckpointError, match="MAPHead_0/LayerNorm_0/scale"):
+        keras_vit.from_weights(path, **SIZES)
+
+
+def test_scanned_blocks_of_different_depths_are_refused(tmp_path):
+    path = str(tmp_path / "bad.npz")
+    np.savez(
+        path,
+        **{
+            "Transformer/encoderblock/LayerNorm_0/scale": np.ones((2, 4), "float32"),
+            "Transformer/encoderblock/LayerNorm_0/bias": np.ones((3, 4), "float32"),
+        },
+    )
+    with pytest.raises(CheckpointError, match="different lengths"):
+        keras_vit.checkpoint.npz.read_npz(path)
