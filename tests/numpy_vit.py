@@ -1,5 +1,8 @@
 """An independent NumPy (float64) reference of the ViT forward pass, written from
-the paper's equations (Eq. 1-4) and the official checkpoint layout (docs/design.md, "Checkpoint layout").
+the paper's equations (Eq. 1-4) and the official checkpoint layout (docs/design.md, "Checkpoint layout");
+classifier 'map' from big_vision's `models/vit.py` (no class token; `MAPHead`: a
+learned probe attends to the encoded tokens, then x + MlpBlock(LayerNorm(x)), its
+first token the representation; SigLIP's image tower).
 
 It reads parameters by their published checkpoint names and shares no code with
 keras_vit.
@@ -37,15 +40,16 @@ def patch_embed(images, kernel, bias):
     return patches @ kernel.reshape(ph * pw * c, -1) + bias
 
 
-def attention(x, p, prefix, return_weights=False):
-    """Multi-head self-attention with (D, heads, head_dim) kernels."""
+def attention(x, p, prefix, return_weights=False, inputs_kv=None):
+    """Multi-head attention with (D, heads, head_dim) kernels: queries from `x`,
+    keys and values from `inputs_kv` (None: `x`, self-attention)."""
+    inputs_kv = x if inputs_kv is None else inputs_kv
 
-    def proj(name):
-        return (
-            np.einsum("btd,dhk->bthk", x, p[f"{prefix}/{name}/kernel"]) + p[f"{prefix}/{name}/bias"]
-        )
+    def proj(inputs, name):
+        kernel, bias = p[f"{prefix}/{name}/kernel"], p[f"{prefix}/{name}/bias"]
+        return np.einsum("btd,dhk->bthk", inputs, kernel) + bias
 
-    q, k, v = proj("query"), proj("key"), proj("value")
+    q, k, v = proj(x, "query"), proj(inputs_kv, "key"), proj(inputs_kv, "value")
     depth = q.shape[-1]
     weights = softmax(np.einsum("bqhk,bthk->bhqt", q / math.sqrt(depth), k))
     context = np.einsum("bhqt,bthk->bqhk", weights, v)
@@ -59,9 +63,22 @@ def encoder_block(x, p, i):
     y = layer_norm(x, p[f"{pre}/LayerNorm_0/scale"], p[f"{pre}/LayerNorm_0/bias"])
     x = x + attention(y, p, f"{pre}/MultiHeadDotProductAttention_1")
     y = layer_norm(x, p[f"{pre}/LayerNorm_2/scale"], p[f"{pre}/LayerNorm_2/bias"])
-    y = gelu_tanh(y @ p[f"{pre}/MlpBlock_3/Dense_0/kernel"] + p[f"{pre}/MlpBlock_3/Dense_0/bias"])
-    y = y @ p[f"{pre}/MlpBlock_3/Dense_1/kernel"] + p[f"{pre}/MlpBlock_3/Dense_1/bias"]
-    return x + y
+    return x + mlp_block(y, p, f"{pre}/MlpBlock_3")
+
+
+def mlp_block(x, p, prefix):
+    """Dense, tanh GELU, Dense."""
+    y = gelu_tanh(x @ p[f"{prefix}/Dense_0/kernel"] + p[f"{prefix}/Dense_0/bias"])
+    return y @ p[f"{prefix}/Dense_1/kernel"] + p[f"{prefix}/Dense_1/bias"]
+
+
+def map_head(x, p, prefix="MAPHead_0"):
+    """big_vision's MAPHead: the probe (1, 1, D), one per image, attends to the
+    tokens x (B, N, D); then y + MlpBlock(LayerNorm(y)); returns (B, D)."""
+    probe = np.broadcast_to(p[f"{prefix}/probe"], (x.shape[0], 1, x.shape[-1]))
+    y = attention(probe, p, f"{prefix}/MultiHeadDotProductAttention_0", inputs_kv=x)
+    z = layer_norm(y, p[f"{prefix}/LayerNorm_0/scale"], p[f"{prefix}/LayerNorm_0/bias"])
+    return (y + mlp_block(z, p, f"{prefix}/MlpBlock_0"))[:, 0]
 
 
 def linear_resize_corner_aligned(grid, new_rows, new_cols):
@@ -95,7 +112,10 @@ def resize_posemb(posemb, new_grid, num_prefix):
 def vit_forward(params, images, *, num_layers, classifier="token", include_head=True):
     """Logits (B, K) of the ViT given official-name params and images in [-1, 1].
 
-    Resizes the position embedding if the image grid differs from it.
+    classifier: 'token' (class token, its position embedding first), 'gap' or
+    'map' (no class token: the position embedding is the grid's alone; mean or
+    `map_head` pooling). Resizes the position embedding if the image grid
+    differs from it.
     """
     p = {k: np.asarray(v, np.float64) for k, v in params.items()}
     images = np.asarray(images, np.float64)
@@ -114,7 +134,10 @@ def vit_forward(params, images, *, num_layers, classifier="token", include_head=
     for i in range(num_layers):
         x = encoder_block(x, p, i)
     x = layer_norm(x, p["Transformer/encoder_norm/scale"], p["Transformer/encoder_norm/bias"])
-    x = x[:, 0] if classifier == "token" else x.mean(axis=1)
+    if classifier == "map":
+        x = map_head(x, p)
+    else:
+        x = x[:, 0] if classifier == "token" else x.mean(axis=1)
     if "pre_logits/kernel" in p:
         x = np.tanh(x @ p["pre_logits/kernel"] + p["pre_logits/bias"])
     if include_head:
@@ -137,7 +160,8 @@ def random_params(
     seed=0,
 ):
     """Random parameters under the published (pre-Linen) checkpoint names, at
-    scales like a trained model's, so that every term of the forward pass matters."""
+    scales like a trained model's, so that every term of the forward pass matters.
+    classifier 'map' adds big_vision's 'MAPHead_0/...'; num_classes None: no head."""
     rng = np.random.default_rng(seed)
     hd = hidden // heads
 
@@ -155,30 +179,45 @@ def random_params(
         "Transformer/encoder_norm/scale": 1 + normal(hidden, scale=0.2),
         "Transformer/encoder_norm/bias": normal(hidden, scale=0.1),
     }
+
+    def norm(prefix):
+        p[f"{prefix}/scale"] = 1 + normal(hidden, scale=0.2)
+        p[f"{prefix}/bias"] = normal(hidden, scale=0.1)
+
+    def attention_block(prefix):
+        for name in ("query", "key", "value"):
+            p[f"{prefix}/{name}/kernel"] = normal(hidden, heads, hd, scale=1 / math.sqrt(hidden))
+            p[f"{prefix}/{name}/bias"] = normal(heads, hd, scale=0.1)
+        p[f"{prefix}/out/kernel"] = normal(heads, hd, hidden, scale=1 / math.sqrt(hidden))
+        p[f"{prefix}/out/bias"] = normal(hidden, scale=0.1)
+
+    def mlp_block(prefix):
+        p[f"{prefix}/Dense_0/kernel"] = normal(hidden, mlp, scale=1 / math.sqrt(hidden))
+        p[f"{prefix}/Dense_0/bias"] = normal(mlp, scale=0.1)
+        p[f"{prefix}/Dense_1/kernel"] = normal(mlp, hidden, scale=1 / math.sqrt(mlp))
+        p[f"{prefix}/Dense_1/bias"] = normal(hidden, scale=0.1)
+
     if classifier == "token":
         p["cls"] = normal(1, 1, hidden, scale=0.3)
     for i in range(layers):
         pre = f"Transformer/encoderblock_{i}"
-        for ln in ("LayerNorm_0", "LayerNorm_2"):
-            p[f"{pre}/{ln}/scale"] = 1 + normal(hidden, scale=0.2)
-            p[f"{pre}/{ln}/bias"] = normal(hidden, scale=0.1)
-        att = f"{pre}/MultiHeadDotProductAttention_1"
-        for name in ("query", "key", "value"):
-            p[f"{att}/{name}/kernel"] = normal(hidden, heads, hd, scale=1 / math.sqrt(hidden))
-            p[f"{att}/{name}/bias"] = normal(heads, hd, scale=0.1)
-        p[f"{att}/out/kernel"] = normal(heads, hd, hidden, scale=1 / math.sqrt(hidden))
-        p[f"{att}/out/bias"] = normal(hidden, scale=0.1)
-        p[f"{pre}/MlpBlock_3/Dense_0/kernel"] = normal(hidden, mlp, scale=1 / math.sqrt(hidden))
-        p[f"{pre}/MlpBlock_3/Dense_0/bias"] = normal(mlp, scale=0.1)
-        p[f"{pre}/MlpBlock_3/Dense_1/kernel"] = normal(mlp, hidden, scale=1 / math.sqrt(mlp))
-        p[f"{pre}/MlpBlock_3/Dense_1/bias"] = normal(hidden, scale=0.1)
+        norm(f"{pre}/LayerNorm_0")
+        norm(f"{pre}/LayerNorm_2")
+        attention_block(f"{pre}/MultiHeadDotProductAttention_1")
+        mlp_block(f"{pre}/MlpBlock_3")
+    if classifier == "map":  # big_vision's MAPHead
+        p["MAPHead_0/probe"] = normal(1, 1, hidden, scale=1.0)
+        attention_block("MAPHead_0/MultiHeadDotProductAttention_0")
+        norm("MAPHead_0/LayerNorm_0")
+        mlp_block("MAPHead_0/MlpBlock_0")
     width = hidden
     if representation_size:
         p["pre_logits/kernel"] = normal(hidden, representation_size, scale=1 / math.sqrt(hidden))
         p["pre_logits/bias"] = normal(representation_size, scale=0.1)
         width = representation_size
-    p["head/kernel"] = normal(width, num_classes, scale=1 / math.sqrt(width))
-    p["head/bias"] = normal(num_classes, scale=0.1)
+    if num_classes is not None:
+        p["head/kernel"] = normal(width, num_classes, scale=1 / math.sqrt(width))
+        p["head/bias"] = normal(num_classes, scale=0.1)
     return p
 
 

@@ -10,6 +10,7 @@ import re
 import keras
 import numpy as np
 import pytest
+from numpy_vit import random_params, vit_forward
 from tiny_models import tiny_vit
 
 import keras_vit
@@ -32,11 +33,12 @@ def _random(model, seed):
     return model
 
 
-def big_vision_arrays(model, scanned, tower=None):
-    """`model`'s arrays under big_vision's names: `pos_embedding` at the top, Linen block
-    names, the blocks stacked on a first axis when `scanned`; under 'params/<tower>/'."""
+def big_vision_arrays(params, scanned, tower=None):
+    """Arrays under the published names (`model_params`) under big_vision's: `pos_embedding`
+    at the top, Linen block names, the blocks stacked on a first axis when `scanned`;
+    under 'params/<tower>/'."""
     blocks, out = {}, {}
-    for name, value in model_params(model).items():
+    for name, value in params.items():
         match = re.match(r"Transformer/encoderblock_(\d+)/([^/]+)(/.*)", name)
         if name == "Transformer/posembed_input/pos_embedding":
             out["pos_embedding"] = value
@@ -55,8 +57,8 @@ def big_vision_arrays(model, scanned, tower=None):
 
 
 def two_tower_file(path, image_tower, scanned):
-    """A SigLIP-like file: the image tower, a text tower's arrays and SigLIP's logit
-    temperature and bias."""
+    """A SigLIP-like file: the image tower (arrays under the published names), a text
+    tower's arrays and SigLIP's logit temperature and bias."""
     rng = np.random.default_rng(3)
     text = {
         "params/txt/Embed_0/embedding": rng.normal(size=(11, 16)).astype("float32"),
@@ -76,7 +78,7 @@ def siglip():
 
 @pytest.mark.parametrize("scanned", [False, True])
 def test_a_siglip_two_tower_file_gives_its_image_tower(siglip, scanned, tmp_path, caplog):
-    path = two_tower_file(tmp_path / "webli.npz", siglip, scanned)
+    path = two_tower_file(tmp_path / "webli.npz", model_params(siglip), scanned)
     with caplog.at_level("INFO", logger="keras_vit"):
         model = keras_vit.from_weights(path, **SIZES)
     assert "two-tower checkpoint" in caplog.text and "txt" in caplog.text
@@ -92,8 +94,22 @@ def test_a_siglip_two_tower_file_gives_its_image_tower(siglip, scanned, tmp_path
     )
 
 
+def test_the_image_tower_computes_the_numpy_references_attention_pooling(tmp_path):
+    """Against the independent NumPy reference (tests/numpy_vit.py: big_vision's MAPHead
+    written from its definition), float64: the fidelity bound of the official files."""
+    params = random_params(
+        patch=4, hidden=16, mlp=32, heads=2, layers=2, grid=(4, 4), num_classes=6,
+        classifier="map", seed=4,
+    )  # fmt: skip
+    path = two_tower_file(tmp_path / "webli.npz", params, scanned=True)
+    model = keras_vit.from_weights(path, **SIZES)
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    expected = vit_forward(params, x, num_layers=2, classifier="map")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)), expected, atol=1e-5, rtol=0)
+
+
 def test_a_siglip_file_at_another_resolution_resizes_the_patches_grid(siglip, tmp_path):
-    path = two_tower_file(tmp_path / "webli.npz", siglip, scanned=True)
+    path = two_tower_file(tmp_path / "webli.npz", model_params(siglip), scanned=True)
     model = keras_vit.from_weights(path, **SIZES, image_size=24, include_top=False)
     assert model.get_layer("Transformer").position_embedding.pos_embedding.shape == (1, 36, 16)
     assert keras.ops.convert_to_numpy(model(np.zeros((1, 24, 24, 3), "float32"))).shape == (1, 16)
@@ -103,7 +119,7 @@ def test_a_class_token_model_of_big_vision_has_no_position_for_it(tmp_path):
     """big_vision adds the position embedding before the class token (pool_type 'tok')."""
     source = _random(tiny_vit(position_embedding_for_class_token=False, **SIZES), 2)
     path = str(tmp_path / "tok.npz")
-    np.savez(path, **big_vision_arrays(source, scanned=False))
+    np.savez(path, **big_vision_arrays(model_params(source), scanned=False))
     model = keras_vit.from_weights(path, **SIZES)
     assert model.classifier == "token" and model.position_embedding_for_class_token is False
     x = np.random.default_rng(1).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
@@ -113,7 +129,7 @@ def test_a_class_token_model_of_big_vision_has_no_position_for_it(tmp_path):
 
 
 def test_an_incomplete_image_tower_is_named(siglip, tmp_path):
-    path = two_tower_file(tmp_path / "webli.npz", siglip, scanned=False)
+    path = two_tower_file(tmp_path / "webli.npz", model_params(siglip), scanned=False)
     with np.load(path) as data:
         arrays = {k: data[k] for k in data.files if k != "params/img/MAPHead_0/LayerNorm_0/scale"}
     np.savez(path, **arrays)
