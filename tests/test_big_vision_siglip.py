@@ -5,23 +5,15 @@ Each file is written here in that layout from a keras_vit model with random weig
 names as big_vision's modules give them, not through keras_vit's writer), read back, and
 must give the same arrays and outputs."""
 
-import re
-
 import keras
 import numpy as np
 import pytest
-from numpy_vit import random_params, vit_forward
+from numpy_vit import random_params, to_linen_names, vit_forward
 from tiny_models import tiny_vit
 
 import keras_vit
 from keras_vit.checkpoint import CheckpointError, model_params
 
-# big_vision's Linen names inside a block, for the published ones keras_vit keeps.
-LINEN = {
-    "MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0",
-    "LayerNorm_2": "LayerNorm_1",
-    "MlpBlock_3": "MlpBlock_0",
-}
 SIZES = dict(patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2)
 
 
@@ -37,21 +29,15 @@ def big_vision_arrays(params, scanned, tower=None):
     """Arrays under the published names (`model_params`) under big_vision's: `pos_embedding`
     at the top, Linen block names, the blocks stacked on a first axis when `scanned`;
     under 'params/<tower>/'."""
-    blocks, out = {}, {}
-    for name, value in params.items():
-        match = re.match(r"Transformer/encoderblock_(\d+)/([^/]+)(/.*)", name)
-        if name == "Transformer/posembed_input/pos_embedding":
-            out["pos_embedding"] = value
-        elif match:
-            module = LINEN.get(match.group(2), match.group(2))
-            blocks.setdefault(module + match.group(3), {})[int(match.group(1))] = value
-        else:
-            out[name] = value
-    for name, layers in blocks.items():
-        if scanned:
-            out[f"Transformer/encoderblock/{name}"] = np.stack([layers[i] for i in sorted(layers)])
-        else:
-            out.update({f"Transformer/encoderblock_{i}/{name}": v for i, v in layers.items()})
+    out = to_linen_names(params)
+    out["pos_embedding"] = out.pop("Transformer/posembed_input/pos_embedding")
+    if scanned:
+        blocks = [k for k in out if k.startswith("Transformer/encoderblock_")]
+        layers = 1 + max(int(k.split("/")[1].split("_")[1]) for k in blocks)
+        for rest in {k.split("/", 2)[2] for k in blocks}:
+            out[f"Transformer/encoderblock/{rest}"] = np.stack(
+                [out.pop(f"Transformer/encoderblock_{i}/{rest}") for i in range(layers)]
+            )
     prefix = f"params/{tower}/" if tower else "params/"
     return {prefix + name: value for name, value in out.items()}
 

@@ -149,6 +149,20 @@ def test_written_back_and_read_again_bitwise(name, save, tmp_path):
         assert getattr(again, option) == getattr(model, option), option
 
 
+def test_what_no_transformers_class_computes_is_refused_naming_the_options(tmp_path):
+    """SigLIP's tower with LayerScale and QuickGELU: no transformers class has them; the
+    error names each option and points to save_timm, and writes nothing."""
+    model = keras_vit.VisionTransformer(
+        **FIXTURE_SIZES, classifier="map", layer_scale_init=0.1, quick_gelu=True, include_top=False
+    )
+    with pytest.raises(CheckpointError) as raised:
+        keras_vit.checkpoint.save_transformers(model, tmp_path / "out")
+    message = str(raised.value)
+    assert "layer_scale_init=0.1" in message and "quick_gelu=True" in message
+    assert "num_registers" not in message and "save_timm" in message
+    assert not (tmp_path / "out").exists()
+
+
 def test_registers_with_a_class_token_position_are_written_for_timm_folded(tmp_path, reference):
     """transformers' DINOv2 with registers gives its class token a position embedding;
     timm's layout for registers has none (no_embed_class): save_timm adds that row to

@@ -79,7 +79,7 @@ def from_params(params, arch=None, entry=None, name=None):
     patch = (arch or {}).get("patch_size")
     if posemb is not None and posemb.ndim == 3 and "cls" in params:
         rows = posemb.shape[1]
-        if _is_square(rows) and not _is_square(rows - 1):  # big_vision's: patches alone
+        if is_square(rows) and not is_square(rows - 1):  # big_vision's: patches alone
             meta["position_embedding_for_class_token"] = False
     for_cls = "cls" in params and meta.get("position_embedding_for_class_token", True)
     if posemb is not None and posemb.ndim == 3 and isinstance(patch, int):
@@ -139,5 +139,7 @@ def grid_size(image_size, patch_size, resnet=None):
     return -(-height // stride) // ph, -(-width // stride) // pw
 
 
-def _is_square(n):
-    return n > 0 and int(round(np.sqrt(n))) ** 2 == n
+def is_square(n):
+    """Whether a count of tokens is a square grid's (n > 0)."""
+    side = int(round(np.sqrt(n)))
+    return n > 0 and side * side == n

@@ -28,11 +28,11 @@ import zlib
 import numpy as np
 
 from keras_vit.checkpoint.errors import CheckpointError
+from keras_vit.checkpoint.metadata import POSEMB
 
 _PREFIXES = ("opt/target/", "params/", "target/")
 IMAGE_TOWER = "img/"  # a two-tower (image-text) file's image encoder: big_vision's ':img'
 BIG_VISION_POSEMB = "pos_embedding"  # big_vision's, at the top: the patches' alone
-POSEMB = "Transformer/posembed_input/pos_embedding"
 _SCANNED = "Transformer/encoderblock/"  # nn.scan's blocks, stacked along axis 0
 logger = logging.getLogger("keras_vit")
 # Linen module name -> published (pre-Linen) name, inside an encoder block.

@@ -47,6 +47,7 @@ import numpy as np
 
 from keras_vit.checkpoint import layout, state_dict, torch_layout
 from keras_vit.checkpoint.errors import CheckpointError
+from keras_vit.checkpoint.metadata import is_square
 from keras_vit.checkpoint.refused import refuse
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON
 from keras_vit.layers.patch_embedding import to_pair
@@ -433,7 +434,7 @@ def _has_class_row(params):
     """Whether the position embeddings have a row for the class token (one more
     than a square grid's; DINOv2's, the original ViT's)."""
     rows = params["Transformer/posembed_input/pos_embedding"].shape[1]
-    return "cls" in params and _is_square(rows - 1) and not _is_square(rows)
+    return "cls" in params and is_square(rows - 1) and not is_square(rows)
 
 
 def _attention_pool_state(params):
@@ -723,7 +724,7 @@ def _no_embed_class(state, model_args):
         kernel = state["patch_embed.proj.weight"]
         height, width = to_pair(model_args["img_size"], "img_size")
         return tokens == (height // kernel.shape[2]) * (width // kernel.shape[3])
-    return _is_square(tokens) and not _is_square(tokens - prefix)
+    return is_square(tokens) and not is_square(tokens - prefix)
 
 
 def _grid(state, model_args, has_cls, no_embed_class):
@@ -737,12 +738,7 @@ def _grid(state, model_args, has_cls, no_embed_class):
     tokens = state["pos_embed"].shape[1]
     if has_cls and not no_embed_class:
         tokens -= 1
-    if not _is_square(tokens):
+    if not is_square(tokens):
         return None, patch
     side = int(round(np.sqrt(tokens)))
     return (side, side), patch
-
-
-def _is_square(n):
-    side = int(round(np.sqrt(n)))
-    return n > 0 and side * side == n

@@ -382,8 +382,14 @@ def family_of(model):
     if model_type in (DINOV2, DINOV2_REGISTERS):
         if not getattr(model, "position_embedding_for_class_token", True):
             differs.append("position_embedding_for_class_token")
-    elif layer_scale or registers or getattr(model, "quick_gelu", False) and model_type == SIGLIP:
-        differs.append("layer_scale_init / num_registers / quick_gelu")
+    else:  # SigLIP's and CLIP's towers have neither; SigLIP's no QuickGELU
+        quick = model_type == SIGLIP and getattr(model, "quick_gelu", False)
+        extra = (
+            ("layer_scale_init", layer_scale),
+            ("num_registers", registers),
+            ("quick_gelu", quick),
+        )
+        differs += [key for key, present in extra if present]
     if differs:
         raise CheckpointError(
             f"{name}: no transformers class computes a {ARCHITECTURES[model_type]}-like "
