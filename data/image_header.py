@@ -18,10 +18,12 @@ What each format says, read as TensorFlow's decoders read it:
 and width and the larger of all frames' pixels and the canvas' (what decoding
 allocates); -1 each for bytes that are none of these formats or a header that says
 nothing (a PNG without IHDR, a negative width). Graph ops (tf.data, serving
-signatures); `count_pixels` runs it eagerly.
+signatures); `count_pixels` runs it eagerly. TensorFlow is imported by the functions
+that build these ops, not with the module: its constants (`DEFAULT_MAX_PIXELS`,
+`PNG`) serve a writer that imports no TensorFlow (data/tfrecord_file.py says why).
 """
 
-import tensorflow as tf
+import functools
 
 DEFAULT_MAX_PIXELS = 40_000_000  # 40 megapixels: the default limit of serving and data
 
@@ -40,23 +42,31 @@ _UNKNOWN = (-1, -1, -1)
 
 
 def _starts_with(encoded, magic):
+    import tensorflow as tf
+
     return tf.equal(tf.strings.substr(encoded, 0, len(magic)), magic)
 
 
 def _number(head, offset, dtype, little_endian):
     """The integer of `dtype` at byte `offset` of `head` (at least offset + size bytes)."""
+    import tensorflow as tf
+
     raw = tf.strings.substr(head, offset, tf.dtypes.as_dtype(dtype).size)
     return tf.cast(tf.io.decode_raw(raw, dtype, little_endian=little_endian)[0], tf.int64)
 
 
 def _size(height, width, valid=True):
     """(height, width, pixels) int64, or -1 each unless `valid` and both are >= 0."""
+    import tensorflow as tf
+
     ok = tf.logical_and(valid, tf.logical_and(height >= 0, width >= 0))
     values = tf.stack([height, width, height * width])
     return tf.unstack(tf.where(ok, values, tf.constant(_UNKNOWN, tf.int64)))
 
 
 def _png(head):
+    import tensorflow as tf
+
     is_ihdr = tf.equal(tf.strings.substr(head, 12, 4), b"IHDR")
     width = _number(head, 16, tf.int32, little_endian=False)  # a uint32 above 2**31 - 1
     height = _number(head, 20, tf.int32, little_endian=False)  # is invalid PNG: negative
@@ -64,11 +74,15 @@ def _png(head):
 
 
 def _jpeg(encoded):
+    import tensorflow as tf
+
     shape = tf.cast(tf.image.extract_jpeg_shape(encoded), tf.int64)
     return _size(shape[0], shape[1])
 
 
 def _bmp(head):
+    import tensorflow as tf
+
     width = _number(head, 18, tf.int32, little_endian=True)
     height = tf.abs(_number(head, 22, tf.int32, little_endian=True))
     return _size(height, width)
@@ -80,6 +94,8 @@ def _gif(encoded):
     +7) and is followed by data sub-blocks; an extension (0x21) by sub-blocks; the
     trailer (0x3B), anything else or the end of the bytes ends the walk. A walk
     longer than GIF_MAX_BLOCKS steps stops there: size unknown (-1)."""
+    import tensorflow as tf
+
     data = tf.cast(tf.io.decode_raw(encoded, tf.uint8), tf.int64)
     n = tf.size(data, out_type=tf.int64)
     # Zeros after the end: a step starts before byte n and moves at most 1 + 255 (a
@@ -131,6 +147,8 @@ def _gif(encoded):
 def image_size(encoded):
     """An encoded image (scalar tf.string) -> (height, width, pixels) int64 scalars
     from its header (see the module docstring); -1 each where the header says nothing."""
+    import tensorflow as tf
+
     head = tf.strings.join([tf.strings.substr(encoded, 0, _HEAD), b"\0" * _HEAD])
     formats = [tf.logical_or(*map(_starts_with, [encoded] * 2, GIF))]
     formats += [_starts_with(encoded, magic) for magic in (PNG, JPEG, BMP)]
@@ -147,12 +165,18 @@ def image_size(encoded):
     )
 
 
-@tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
+@functools.cache
+def _count_pixels():
+    import tensorflow as tf
+
+    return tf.function(image_size, input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
+
+
 def count_pixels(encoded):
     """`image_size` traced once per process: a graph for eager callers
     (tools/make_tfrecords.py), and a function the graphs of `assert_max_pixels` call
     (each tf.data pipeline or signature would otherwise trace its own copy)."""
-    return image_size(encoded)
+    return _count_pixels()(encoded)
 
 
 def assert_max_pixels(encoded, max_pixels, where):
@@ -160,6 +184,8 @@ def assert_max_pixels(encoded, max_pixels, where):
     size and that size is at most `max_pixels` pixels; the message starts with
     `where` (a scalar string naming the image, e.g. 'predict: the image at batch
     index 3') and says the size and the limit."""
+    import tensorflow as tf
+
     height, width, pixels = count_pixels(encoded)
     readable = tf.debugging.Assert(
         pixels >= 0,

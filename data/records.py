@@ -13,6 +13,10 @@ multi-label data). The manifest is JSON: {"splits": {name: {"count", "shards":
 The writer (tools/make_tfrecords.py), the trainers' input pipeline and evaluators,
 and deploy/ (the serving signatures' tf.Example input, calibration images) all read
 the format from here. `DataError` is the one error of unusable data.
+
+TensorFlow is imported by the functions that parse and read records, not with the
+module: the manifest and names serve a writer that imports no TensorFlow
+(data/tfrecord_file.py says why); manifest paths may be remote (`files`).
 """
 
 import dataclasses
@@ -20,7 +24,8 @@ import json
 import os
 
 import numpy as np
-import tensorflow as tf
+
+from keras_vit_data import files
 
 ENCODED_KEY = "image/encoded"
 LABEL_KEY = "image/class/label"
@@ -28,11 +33,6 @@ LABEL_KEY = "image/class/label"
 FEATURE_DESCRIPTIONS = {ENCODED_KEY: "bytes (PNG/JPEG)", LABEL_KEY: "int64 list"}
 MANIFEST = "manifest.json"
 SHARD_SUFFIX = ".tfrecord"
-
-_FEATURES = {
-    ENCODED_KEY: tf.io.FixedLenFeature([], tf.string),
-    LABEL_KEY: tf.io.VarLenFeature(tf.int64),
-}
 
 
 class DataError(ValueError):
@@ -46,6 +46,8 @@ class DataError(ValueError):
 
 def serialize_example(encoded, labels):
     """Encoded image bytes and an int or a list of ints -> a serialized tf.train.Example."""
+    import tensorflow as tf
+
     labels = [int(label) for label in np.atleast_1d(labels)]
     return tf.train.Example(
         features=tf.train.Features(
@@ -60,6 +62,8 @@ def serialize_example(encoded, labels):
 
 
 def _features(image_key, label_key):
+    import tensorflow as tf
+
     return {
         image_key: tf.io.FixedLenFeature([], tf.string),
         label_key: tf.io.VarLenFeature(tf.int64),
@@ -71,6 +75,8 @@ def parse_example(serialized, image_key=ENCODED_KEY, label_key=LABEL_KEY):
     labels (L,) int64). Fails (InvalidArgumentError) on bytes that are not an
     example with an image. The keys are ours by default; a dataset read as it is
     (data/readers.py: TFDS, ImageNet layout) names its own."""
+    import tensorflow as tf
+
     features = tf.io.parse_single_example(serialized, _features(image_key, label_key))
     return features[image_key], tf.sparse.to_dense(features[label_key])
 
@@ -79,7 +85,9 @@ def parse_examples(serialized, missing_label=-1):
     """Serialized examples (B,) -> (encoded images (B,), labels (B, L) int64 padded
     with `missing_label`; L = 0 when no example has a label). A missing image fails
     naming the feature."""
-    features = tf.io.parse_example(serialized, _FEATURES)
+    import tensorflow as tf
+
+    features = tf.io.parse_example(serialized, _features(ENCODED_KEY, LABEL_KEY))
     labels = tf.sparse.to_dense(features[LABEL_KEY], default_value=missing_label)
     return features[ENCODED_KEY], labels
 
@@ -87,6 +95,8 @@ def parse_examples(serialized, missing_label=-1):
 def parse_labels(serialized, label_key=LABEL_KEY):
     """Serialized examples (B,) -> their labels as a SparseTensor (B, L) int64,
     read without the image feature."""
+    import tensorflow as tf
+
     features = {label_key: tf.io.VarLenFeature(tf.int64)}
     return tf.io.parse_example(serialized, features)[label_key]
 
@@ -107,17 +117,17 @@ def remove_manifest(data_dir):
     """Deletes DATA/manifest.json if there is one: a folder being (re)written has none,
     so that an interrupted writer leaves a folder the readers refuse."""
     path = manifest_path(data_dir)
-    if tf.io.gfile.exists(path):
-        tf.io.gfile.remove(path)
+    if files.exists(path):
+        files.remove(path)
 
 
 def write_manifest(data_dir, manifest):
     """Writes DATA/manifest.json whole or not at all (a temporary file, then renamed)."""
     path = manifest_path(data_dir)
     partial = path + ".partial"
-    with tf.io.gfile.GFile(partial, "w") as f:
+    with files.open_file(partial, "w") as f:
         json.dump(manifest, f, indent=1)
-    tf.io.gfile.rename(partial, path, overwrite=True)
+    files.rename(partial, path)
 
 
 def read_manifest(data_dir):
@@ -125,21 +135,21 @@ def read_manifest(data_dir):
     it is not given, missing, has no manifest or an unreadable one."""
     if not data_dir:
         raise DataError("--data_dir is required (a directory written by tools/make_tfrecords.py)")
-    if not tf.io.gfile.isdir(data_dir):
+    if not files.isdir(data_dir):
         raise DataError(
             f"--data_dir={data_dir}: no such directory. Create it with "
             f"`python tools/make_tfrecords.py --output_dir={data_dir}`."
         )
     path = manifest_path(data_dir)
-    if not tf.io.gfile.exists(path):
-        shards = tf.io.gfile.glob(os.path.join(data_dir, f"*{SHARD_SUFFIX}*"))
+    if not files.exists(path):
+        shards = files.glob(os.path.join(data_dir, f"*{SHARD_SUFFIX}*"))
         raise DataError(
             f"--data_dir={data_dir}: no {MANIFEST}"
             + (f" (and no {SHARD_SUFFIX} shards)" if not shards else "")
             + f". Create it with `python tools/make_tfrecords.py --output_dir={data_dir}`."
         )
     try:
-        with tf.io.gfile.GFile(path) as f:
+        with files.open_file(path) as f:
             return json.load(f)
     except json.JSONDecodeError as e:
         raise DataError(
@@ -180,8 +190,8 @@ def split_records(data_dir, split, manifest=None):
             f"(has {', '.join(splits) or 'none'})"
         )
     shards = splits[split]["shards"]
-    files = [os.path.join(data_dir, s["file"]) for s in shards]
-    missing = [f for f in files if not tf.io.gfile.exists(f)]
+    paths = [os.path.join(data_dir, s["file"]) for s in shards]
+    missing = [f for f in paths if not files.exists(f)]
     if missing:
         raise DataError(
             f"--data_dir={data_dir}: shard(s) listed in {MANIFEST} are missing: "
@@ -190,7 +200,7 @@ def split_records(data_dir, split, manifest=None):
     counts = [int(s["count"]) for s in shards]
     if not sum(counts):
         raise DataError(f"--data_dir={data_dir}: split {split!r} is empty")
-    return Split(split, files, counts, sum(counts))
+    return Split(split, paths, counts, sum(counts))
 
 
 def first_examples(info, max_examples):
@@ -216,6 +226,8 @@ def first_examples(info, max_examples):
 def read_records(info):
     """tf.data of the serialized records of `info` (a `Split`), in manifest order:
     `counts[i]` records of each `files[i]`, after its first `starts[i]`."""
+    import tensorflow as tf
+
     ds = tf.data.Dataset.from_tensor_slices(
         (
             info.files,
@@ -228,4 +240,6 @@ def read_records(info):
 
 def file_records(path, start, count):
     """tf.data of `count` records of the TFRecord file `path` after its first `start`."""
+    import tensorflow as tf
+
     return tf.data.TFRecordDataset(path).skip(start).take(count)

@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from keras_vit_data import fashion_mnist, image_checks
+from keras_vit_data import files as paths
 from keras_vit_data import holdout as holdout_lib
 from keras_vit_data.records import DataError
 
@@ -91,30 +92,7 @@ FOLDER_SPLITS = {
 
 
 # An image folder may be local or remote (gs://..., any filesystem tf.io.gfile knows):
-# a path with a scheme goes through tf.io.gfile, a local one through os (as it always
-# has: make_tfrecords' worker processes read local files without TensorFlow's I/O).
-def _gfile(path):
-    if "://" not in str(path):
-        return None
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
-def _isdir(path):
-    gfile = _gfile(path)
-    return gfile.isdir(path) if gfile else os.path.isdir(path)
-
-
-def _listdir(path):
-    gfile = _gfile(path)
-    return [name.rstrip("/") for name in gfile.listdir(path)] if gfile else os.listdir(path)
-
-
-def _read_bytes(path):
-    gfile = _gfile(path)
-    with gfile.GFile(path, "rb") if gfile else open(path, "rb") as f:
-        return f.read()
+# `paths` (data/files.py) reads a local one through os, as it always has.
 
 
 def folder_source(root, holdout=None, seed=0):
@@ -123,9 +101,9 @@ def folder_source(root, holdout=None, seed=0):
     sorted by class). `holdout`: the fraction of `train` written as a stratified
     `validation` split (`holdout`), for data without one; the manifest records
     it under `holdout`. Returns (splits, class_names, multi_label, manifest entries)."""
-    if not _isdir(root):
+    if not paths.isdir(root):
         raise FileNotFoundError(f"--source=folder:{root}: no such directory")
-    subdirs = sorted(d for d in _listdir(root) if _isdir(os.path.join(root, d)))
+    subdirs = sorted(d for d in paths.listdir(root) if paths.isdir(os.path.join(root, d)))
     split_dirs = {}
     for d in subdirs:
         split = FOLDER_SPLITS.get(d)
@@ -140,7 +118,12 @@ def folder_source(root, holdout=None, seed=0):
     if not split_dirs:
         split_dirs = {"train": root}
     class_names = sorted(
-        {c for d in split_dirs.values() for c in _listdir(d) if _isdir(os.path.join(d, c))}
+        {
+            c
+            for d in split_dirs.values()
+            for c in paths.listdir(d)
+            if paths.isdir(os.path.join(d, c))
+        }
     )
     if len(class_names) < 2:
         raise ValueError(
@@ -153,8 +136,8 @@ def folder_source(root, holdout=None, seed=0):
         split: [
             (os.path.join(d, c, f), index[c])
             for c in class_names
-            if _isdir(os.path.join(d, c))
-            for f in sorted(_listdir(os.path.join(d, c)))
+            if paths.isdir(os.path.join(d, c))
+            for f in sorted(paths.listdir(os.path.join(d, c)))
             if f.lower().endswith(IMAGE_EXTS)
         ]
         for split, d in split_dirs.items()
@@ -185,7 +168,7 @@ def folder_source(root, holdout=None, seed=0):
 def _file_example(files):
     def make(i):
         path, label = files[i]
-        return _read_bytes(path), label, path
+        return paths.read_bytes(path), label, path
 
     return make
 

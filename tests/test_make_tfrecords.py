@@ -13,7 +13,7 @@ import trainer_testing as testing
 from absl import flags
 from absl.testing import flagsaver
 
-from keras_vit_data import fashion_mnist, sources, writer
+from keras_vit_data import fashion_mnist, records, sources, writer
 from keras_vit_data.records import DataError
 from keras_vit_tools import make_tfrecords
 from keras_vit_trainers import input_pipeline as ip
@@ -214,3 +214,76 @@ def test_a_tfds_dataset_without_image_and_label_is_named(monkeypatch):
     monkeypatch.setattr(tfds, "builder", lambda name, data_dir=None: builder)
     with pytest.raises(ip.DataError, match=r"tfds:coco_captions: .* \['caption', 'image'\]"):
         sources.tfds_source("coco_captions", None)
+
+
+# Runs in a fresh interpreter: a writer of arrays to a local folder, then whether
+# TensorFlow was imported on the way.
+_WITHOUT_TF = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+if sys.argv[0].endswith(".py"):  # the command, as a user runs it
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as e:
+        assert not e.code, e.code
+else:  # a numpy source: arrays of 1 to 4 channels
+    import numpy as np
+    from keras_vit_data import writer
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, (5 + i % 3, 4 + i % 5, 1 + i % 4), np.uint8) for i in range(30)]
+    np.save(sys.argv[1] + ".npy", np.array(images, dtype=object), allow_pickle=True)
+    source = ({"train": (30, zip(images, range(30)))}, list("abc"), False)
+    writer.make_tfrecords(source, sys.argv[1], examples_per_shard=8, progress=False)
+print("tensorflow imported:", "tensorflow" in sys.modules)
+"""
+
+
+def _read_back(data_dir, split):
+    """(images, labels) of a split through the trainers' record reader."""
+    info = records.split_records(data_dir, split)
+    parsed = [records.parse_example(r) for r in records.read_records(info)]
+    return (
+        [tf.io.decode_png(image, channels=0).numpy() for image, _ in parsed],
+        [labels.numpy().tolist() for _, labels in parsed],
+    )
+
+
+@pytest.mark.skipif(not fashion_mnist.available(), reason="Fashion-MNIST IDX files not installed")
+def test_fashion_mnist_is_written_without_tensorflow(tmp_path):
+    out = tmp_path / "fm"
+    command = [
+        "tools/make_tfrecords.py",
+        "--source=fashion_mnist",
+        f"--output_dir={out}",
+        "--max_examples=300",
+        "--examples_per_shard=128",
+        "--noprogress",
+    ]
+    run = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TF, *command],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert run.returncode == 0, run.stderr
+    assert "tensorflow imported: False" in run.stdout
+    assert f"Wrote {out} (train: 300, test: 300; 10 classes)" in run.stdout
+    for split in ("train", "test"):
+        images, labels = fashion_mnist.read_split(FMNIST, split)
+        got, got_labels = _read_back(str(out), split)
+        np.testing.assert_array_equal(np.stack(got)[..., 0], images[:300])
+        assert got_labels == [[int(label)] for label in labels[:300]]
+
+
+def test_arrays_are_written_without_tensorflow(tmp_path):
+    out = str(tmp_path / "arrays")
+    run = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TF, "-", out], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert "tensorflow imported: False" in run.stdout
+    images = np.load(out + ".npy", allow_pickle=True)
+    got, labels = _read_back(out, "train")
+    assert labels == [[i] for i in range(30)]
+    for image, array in zip(got, images):
+        np.testing.assert_array_equal(image, array)

@@ -46,9 +46,9 @@ from keras_vit_cli import console
 if __name__ == "__main__":
     console.setup()  # before TensorFlow is imported (by keras_vit_data): our lines only
 
-import tensorflow as tf  # after console.setup; output paths may be gs://, ram://
-
-from keras_vit_data import fashion_mnist, image_header, writer
+# TensorFlow is imported only when needed (encoded images to check, an output path
+# with a scheme: gs://, ram://): writing arrays (fashion_mnist) locally needs none.
+from keras_vit_data import fashion_mnist, files, image_header, writer
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("source", "fashion_mnist", "fashion_mnist | folder:PATH | tfds:NAME[:CONFIG]")
@@ -128,7 +128,7 @@ def main(argv):
             f"--task_index={FLAGS.task_index}: expected < --num_tasks={FLAGS.num_tasks}"
         )
     # A failed single-task write removes the folder it made (never one that was there).
-    made = not FLAGS.merge and FLAGS.num_tasks == 1 and not tf.io.gfile.exists(FLAGS.output_dir)
+    made = not FLAGS.merge and FLAGS.num_tasks == 1 and not files.exists(FLAGS.output_dir)
     try:
         if FLAGS.merge:
             manifest = writer.merge_tasks(FLAGS.output_dir, FLAGS.num_tasks)
@@ -155,9 +155,9 @@ def main(argv):
             seed=FLAGS.seed,
         )
     except (ValueError, OSError) as e:  # DataError included; a failed download
-        if made and tf.io.gfile.isdir(FLAGS.output_dir):
-            with contextlib.suppress(tf.errors.OpError):
-                tf.io.gfile.rmtree(FLAGS.output_dir)
+        if made and files.isdir(FLAGS.output_dir):
+            with contextlib.suppress(OSError):
+                files.rmtree(FLAGS.output_dir)
         console.fail(console.error_line(e), console.user_error(e) or console.USAGE)
     if FLAGS.num_tasks > 1:
         print(
