@@ -1,7 +1,18 @@
-"""make_tfrecords speed on 224 x 224 JPEGs (--source=folder:): images/s, and per core.
+"""make_tfrecords speed on 224 x 224 JPEGs (--source=folder:): images/s, and per core;
+or (--fashion_mnist) the command on Fashion-MNIST's 70,000 images, end to end.
 
   python benchmarks/make_tfrecords_speed.py [--images=3000] [--workers=N]
       [--serial_images=300] [--output=results/make_tfrecords_speed.json]
+  python benchmarks/make_tfrecords_speed.py --fashion_mnist [--repeats=3]
+      [--baseline=/path/to/other/checkout[:PYTHON]] [--output=...]
+
+--fashion_mnist times `python tools/make_tfrecords.py --source=fashion_mnist
+--output_dir=TMP --noprogress` as a user runs it: a fresh interpreter each time, wall
+time from its start to its exit (Python's and any TensorFlow start-up included),
+--repeats times; images/s of the fastest and the median run. --baseline runs another
+checkout's command the same way (with that checkout's virtual environment's python,
+or PYTHON), alternating with this one's, for a before/after on one machine under the
+same load. Neither writes bytecode into the checkouts (PYTHONDONTWRITEBYTECODE).
 
 Writes --images synthetic 224 x 224 JPEGs (quality 90; smooth random colour fields
 with noise, so that sizes are those of photographs, about 30 KB) in two class
@@ -14,6 +25,9 @@ parallel writer (--workers, default all cores) on all of them, and the serial on
 
 import argparse
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -45,8 +59,60 @@ def write_jpegs(root, n, seed=0):
     return total
 
 
+FASHION_MNIST_IMAGES = 70_000
+
+
+def time_command(repo, python, output_dir):
+    """Wall seconds of repo's tools/make_tfrecords.py on Fashion-MNIST, run as a user
+    runs it (a fresh interpreter)."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    start = time.perf_counter()
+    subprocess.run(
+        [
+            python,
+            "tools/make_tfrecords.py",
+            "--source=fashion_mnist",
+            f"--output_dir={output_dir}",
+            "--noprogress",
+        ],
+        cwd=repo,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - start
+
+
+def fashion_mnist_command(repeats, baseline):
+    """{label: {seconds, images_per_second (fastest), median_images_per_second}} of
+    this checkout's command ('this') and the baseline's ('baseline'), alternating."""
+    this = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runs = {"this": (this, sys.executable)}
+    if baseline:
+        repo, _, python = baseline.partition(":")
+        runs["baseline"] = (repo, python or os.path.join(repo, ".venv", "bin", "python"))
+    seconds = {label: [] for label in runs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(repeats):
+            for label, (repo, python) in runs.items():
+                out = os.path.join(tmp, f"{label}-{r}")
+                seconds[label].append(time_command(repo, python, out))
+    return {
+        label: {
+            "repo": runs[label][0],
+            "seconds": times,
+            "images_per_second": FASHION_MNIST_IMAGES / min(times),
+            "median_images_per_second": FASHION_MNIST_IMAGES / statistics.median(times),
+        }
+        for label, times in seconds.items()
+    }
+
+
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--fashion_mnist", action="store_true")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--baseline", default=None)
     p.add_argument("--images", type=int, default=3000)
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--serial_images", type=int, default=300)
@@ -54,6 +120,19 @@ def main():
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from keras_vit_benchmarks.machine import machine_info, report
+
+    if a.fashion_mnist:
+        result = {
+            "images": FASHION_MNIST_IMAGES,
+            "command": "python tools/make_tfrecords.py --source=fashion_mnist "
+            "--output_dir=TMP --noprogress",
+            "cores": len(os.sched_getaffinity(0)),
+            "runs": fashion_mnist_command(a.repeats, a.baseline),
+            "loadavg": os.getloadavg(),
+            "machine": machine_info(),
+        }
+        report(result, a.output)
+        return
     from keras_vit_data import writer
 
     workers = writer.default_workers() if a.workers is None else a.workers
