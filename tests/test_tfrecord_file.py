@@ -71,3 +71,13 @@ def test_tensorflow_reports_a_flipped_byte(tmp_path, where):
     path.write_bytes(bytes(data))
     with pytest.raises(tf.errors.DataLossError):
         list(tf.data.TFRecordDataset(str(path)))
+
+
+def test_tensorflows_writer_where_tensorflow_is_imported(tmp_path):
+    records = _records(4, [0, 9, 1500])
+    path = str(tmp_path / "native.tfrecord")
+    with tfrecord_file.open_records(path) as w:  # this test process has imported it
+        assert isinstance(w, tf.io.TFRecordWriter)
+        for r in records:
+            w.write(r)
+    assert open(path, "rb").read() == tfrecord_file.frame(records)
