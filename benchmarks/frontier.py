@@ -1,7 +1,8 @@
 r"""The compute frontier of the main job: Fashion-MNIST from scratch, test accuracy
 against training compute, for the demo's ViT, a ViT with more tokens and the
-paper's hybrid (§3.1; its Figure 5 has hybrids ahead of plain ViTs at small
-compute, the gap closing as compute grows).
+paper's hybrids (§3.1; its Figure 5 has hybrids ahead of plain ViTs at small
+compute, the gap closing as compute grows): the ResNet stem alone (49 tokens), and
+the stem with a stride-2 ResNet stage (16 tokens) at two Transformer depths.
 
   python benchmarks/frontier.py --work_dir=WORK --stage=sweep     # learning rates
   python benchmarks/frontier.py --work_dir=WORK --stage=frontier  # the budgets
@@ -47,7 +48,9 @@ SUMMARY = os.path.join(commands.ROOT, "benchmarks", "results", "frontier.json")
 # demo ViT (470, 1,400 and 4,500 steps, the last its config's), and for the arms on
 # 49 tokens the steps that take as long at the half speed they trained at in the
 # sweep (both 0.50 of the demo ViT's images/s, AMD Zen 4; the JSONs record each
-# point's own speed and FLOPs, and the figure plots what each point measured).
+# point's own speed and FLOPs, and the figure plots what each point measured). The
+# stage-2 hybrids put a stride-2 ResNet stage before the Transformer: 16 tokens, and
+# steps at the speed their sweep measured (the progress bar's steady rate, Zen 4).
 ARMS = {
     "vit_p7": (
         "ViT, patch 7 (4x4 tokens), 6 blocks: configs/fashion_mnist.py",
@@ -62,10 +65,22 @@ ARMS = {
         (235, 700, 2250),
     ),
     "hybrid": (
-        "hybrid: ResNet stem (7x7 tokens), 4 blocks: the demo",
-        "configs/fashion_mnist_hybrid.py",
+        "hybrid: ResNet stem (7x7 tokens), 4 blocks",
+        "configs/fashion_mnist_hybrid.py:stem",
         (),
         (235, 700, 2250),
+    ),
+    "hybrid_stage2": (
+        "hybrid: stem + 2 ResNet units, stride 2 (4x4 tokens), 4 blocks",
+        "configs/fashion_mnist_hybrid.py:stage2",
+        (),
+        (500, 1500, 4800),
+    ),
+    "hybrid_stage2_deep": (
+        "hybrid: stem + 2 ResNet units, stride 2 (4x4 tokens), 8 blocks",
+        "configs/fashion_mnist_hybrid.py:stage2_deep",
+        (),
+        (320, 950, 3050),
     ),
 }
 SWEEP_STEPS = 500

@@ -1,13 +1,21 @@
 """The paper's hybrid (§3.1) sized for Fashion-MNIST on a 2-core CPU: BiT's ResNet
-stem alone (StdConv 7x7 / 2, GroupNorm, ReLU, max-pool 3x3 / 2; 32 channels) turns
-a 28x28 image into a 7x7 feature map, whose 49 1x1 patches are the Transformer's
-tokens (hidden 128, MLP 256, 4 heads, 4 blocks, GAP).
+(StdConv 7x7 / 2, GroupNorm, ReLU, max-pool 3x3 / 2; 32 channels) turns a 28x28 image
+into a feature map whose 1x1 patches are the Transformer's tokens (hidden 128, MLP
+256, 4 heads, GAP). The variant (`--config=configs/fashion_mnist_hybrid.py:NAME`)
+says how much ResNet comes before the Transformer; the token count is the hybrid's
+main cost lever:
 
-`make demo` trains it: at the demo's budget (the ViT's 4,500 steps of training time;
-this model trains at half the ViT's images/s, so 2,250 steps) it was ahead of the ViT
-of configs/fashion_mnist.py on the compute frontier (benchmarks/frontier.py,
-docs/training.md "The compute frontier"). Everything else (AdamW at lr 2e-3, the
-sweep's best for both, augmentation, evaluation, fine-tuning section) is
+  stem         the stem alone: a 7x7 map, 49 tokens, 4 blocks
+  stage2       the stem, one bottleneck unit at 7x7 (128 channels), then one stride-2
+               unit (256 channels): a 4x4 map, 16 tokens, 4 blocks
+  stage2_deep  stage2 with 8 blocks
+
+Each variant trains for the demo's training time on the 2-core Zen 4 kind (the plain
+ViT's 4,500 steps of configs/fashion_mnist.py), in as many steps as its speed allows
+there (`STEPS`, from benchmarks/frontier.py's measured images/s). `make demo` trains
+DEFAULT, the variant ahead on the compute frontier at that budget
+(docs/training.md "The compute frontier"). Everything else (AdamW at lr 2e-3, the
+sweep's best for every arm, augmentation, evaluation, fine-tuning section) is
 configs/fashion_mnist.py's.
 
   python trainers/pretrain.py --config=configs/fashion_mnist_hybrid.py \
@@ -16,21 +24,32 @@ configs/fashion_mnist.py's.
 
 from keras_vit_configs import fashion_mnist
 
+STEM = dict(num_layers=(), width_factor=0.5)  # 32 channels
+STAGE2 = dict(num_layers=(1, 1), width_factor=0.5)  # + 128 then 256 channels, stride 2
+
 # On top of configs/fashion_mnist.py's model (hidden 128, MLP 256, 4 heads, GAP).
-HYBRID = dict(
-    resnet=dict(num_layers=(), width_factor=0.5),  # the stem alone, 32 channels
-    patch_size=1,
-    num_layers=4,
-)
+HYBRIDS = {
+    "stem": dict(resnet=STEM, patch_size=1, num_layers=4),
+    "stage2": dict(resnet=STAGE2, patch_size=1, num_layers=4),
+    "stage2_deep": dict(resnet=STAGE2, patch_size=1, num_layers=8),
+}
+# The demo ViT's training time at each variant's measured speed (Zen 4, 2 cores).
+STEPS = {"stem": 2250, "stage2": 2250, "stage2_deep": 2250}
+DEFAULT = "stem"
 
 
-def get_config():
+def get_config(variant=DEFAULT):
+    variant = variant or DEFAULT
+    if variant not in HYBRIDS:
+        raise ValueError(
+            f"configs/fashion_mnist_hybrid.py:{variant}: no such variant; "
+            f"known: {', '.join(HYBRIDS)}"
+        )
     config = fashion_mnist.get_config()
-    config.model = {**config.model, **HYBRID}
-    # The demo ViT's training time at half its speed (49 tokens against 16): the
-    # frontier's demo-budget point (benchmarks/frontier.py), warm-up 1/15 as the ViT's.
-    config.total_steps = 2250
-    config.warmup_steps = 150
-    config.checkpoint_every = 750
-    config.evals.test.every = 750  # the learning curve's test accuracy
+    config.model = {**config.model, **HYBRIDS[variant]}
+    config.total_steps = STEPS[variant]
+    # Warm-up 1/15 of the steps, as the ViT's; three checkpoints and test points.
+    config.warmup_steps = STEPS[variant] // 15
+    config.checkpoint_every = STEPS[variant] // 3
+    config.evals.test.every = STEPS[variant] // 3  # the learning curve's test accuracy
     return config
