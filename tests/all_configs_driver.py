@@ -28,6 +28,7 @@ import traceback
 
 import keras_vit_configs
 from keras_vit import families
+from keras_vit_configs import fashion_mnist_hybrid
 
 # The fine-tuning recipes (trainers/finetune.py); every other config pre-trains.
 FINETUNE = ("cifar10", "cifar100", "flowers", "pets", "vtab1k", "finetune_imagenet384", "families")
@@ -35,6 +36,8 @@ FINETUNE = ("cifar10", "cifar100", "flowers", "pets", "vtab1k", "finetune_imagen
 # each family (each takes its own path: LayerScale, registers, pooling, pre-norm, ...).
 VTAB_TASK = "vtab1k:dtd"
 FAMILY_SPECS = tuple(f"families:{family}" for family in ("clip", "deit3", "dinov2", "siglip"))
+# configs/fashion_mnist_hybrid.py's every variant (how much ResNet before the tokens).
+HYBRID_SPECS = tuple(f"fashion_mnist_hybrid:{v}" for v in fashion_mnist_hybrid.HYBRIDS)
 # A model of milliseconds per step, at 8x8 px (2x2 patches), one step of a batch of 4 (two
 # per replica under 2 replicas), no evaluations; everything else is the config's own.
 TINY_MODEL = dict(patch_size=4, hidden_size=8, mlp_dim=16, num_heads=2, num_layers=1)
@@ -60,7 +63,11 @@ def specs():
         for m in pkgutil.iter_modules(keras_vit_configs.__path__)
         if hasattr(importlib.import_module(f"keras_vit_configs.{m.name}"), "get_config")
     ]
-    expanded = {VTAB_TASK.split(":")[0]: (VTAB_TASK,), "families": FAMILY_SPECS}
+    expanded = {
+        VTAB_TASK.split(":")[0]: (VTAB_TASK,),
+        "families": FAMILY_SPECS,
+        "fashion_mnist_hybrid": HYBRID_SPECS,
+    }
     return sorted(spec for name in names for spec in expanded.get(name, (name,)))
 
 

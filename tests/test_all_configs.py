@@ -158,7 +158,7 @@ def test_the_path_key_tells_values_from_code_paths():
     assert all_configs_driver.path_key("pretrain", base) != key
     # Two configs of configs/ that differ in values only, and two that differ in a path.
     assert _paths()["pets"] == key
-    assert _paths()["fashion_mnist_hybrid"] != _paths()["fashion_mnist"]
+    assert _paths()["fashion_mnist_hybrid:stem"] != _paths()["fashion_mnist"]
     for spec in all_configs_driver.specs():
         assert all_configs_driver.unclassified_keys(all_configs_driver.resolve(spec)[1]) == []
     base.new_key = 1

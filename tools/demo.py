@@ -79,8 +79,9 @@ def main(argv):
     )
     if config == os.path.join(ROOT, DEMO_CONFIG):
         print(
-            "demo: trains the hybrid (ResNet stem + ViT): ahead of the plain ViT at this "
-            "budget (docs/training.md); the ViT: --config=configs/fashion_mnist.py",
+            "demo: trains the hybrid (a ResNet stem and stage, then a ViT on 16 tokens): "
+            "ahead of the plain ViT at this budget (docs/training.md); the ViT: "
+            "--config=configs/fashion_mnist.py",
             flush=True,
         )
     print("demo: " + " ".join(cmd), flush=True)
