@@ -82,6 +82,18 @@ ARMS = {
         (),
         (320, 950, 3050),
     ),
+    "hybrid_stage2_units2": (
+        "hybrid: stem + 2x2 ResNet units, stride 2 (4x4 tokens), 4 blocks",
+        "configs/fashion_mnist_hybrid.py:stage2_units2",
+        (),
+        (365, 1100, 3500),
+    ),
+    "hybrid_stage2_narrow": (
+        "hybrid: stem + 2 ResNet units at half width, stride 2 (4x4 tokens), 4 blocks",
+        "configs/fashion_mnist_hybrid.py:stage2_narrow",
+        (),
+        (625, 1875, 6000),
+    ),
 }
 SWEEP_STEPS = 500
 SWEEP_LRS = (1e-3, 2e-3, 4e-3)
