@@ -86,13 +86,13 @@ ARMS = {
         "hybrid: stem + 2x2 ResNet units, stride 2 (4x4 tokens), 4 blocks",
         "configs/fashion_mnist_hybrid.py:stage2_units2",
         (),
-        (365, 1100, 3500),
+        (415, 1245, 4000),
     ),
-    "hybrid_stage2_narrow": (
-        "hybrid: stem + 2 ResNet units at half width, stride 2 (4x4 tokens), 4 blocks",
-        "configs/fashion_mnist_hybrid.py:stage2_narrow",
+    "hybrid_stage2_wide": (
+        "hybrid: stem + 2 ResNet units at twice the width, stride 2 (4x4 tokens), 4 blocks",
+        "configs/fashion_mnist_hybrid.py:stage2_wide",
         (),
-        (625, 1875, 6000),
+        (230, 690, 2200),
     ),
 }
 SWEEP_STEPS = 500

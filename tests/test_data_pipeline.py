@@ -2,14 +2,12 @@
 pipelines, corrupt shards skipped and counted, clear errors for bad data dirs."""
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import trainer_testing as testing
 
-from keras_vit_data import records
 from keras_vit_trainers import input_pipeline as ip
 from keras_vit_trainers.input_spec import InputSpec
 
@@ -110,29 +108,8 @@ def test_bad_data_dirs_name_the_directory(tmp_path):
         ip.read_manifest(None)
 
 
-def _data_with_bad_records(directory, n=24, bad=(5, 14)):
-    """One shard of n 4x4 PNGs, record i of label i and pixels i, written directly
-    (tools/make_tfrecords.py skips what does not decode): record bad[0] holds bytes
-    that are not an image, record bad[1] is not a tf.train.Example at all; both
-    CRC-valid."""
-    shard = records.shard_name("train", 0, 1)
-    with tf.io.TFRecordWriter(os.path.join(directory, shard)) as writer:
-        for i in range(n):
-            if i == bad[0]:
-                writer.write(records.serialize_example(b"not an image", [i]))
-            elif i == bad[1]:
-                writer.write(b"not a tf.train.Example")
-            else:
-                png = tf.io.encode_png(np.full((4, 4, 3), i, np.uint8)).numpy()
-                writer.write(records.serialize_example(png, [i]))
-    manifest = {"num_classes": n, "splits": {"train": {"count": n, "shards": []}}}
-    manifest["splits"]["train"]["shards"].append({"file": shard, "count": n})
-    records.write_manifest(directory, manifest)
-    return str(directory)
-
-
 def test_resume_past_records_that_do_not_decode_sees_the_uninterrupted_batches(tmp_path):
-    data = _data_with_bad_records(tmp_path)
+    data = testing.data_with_bad_records(tmp_path)
     spec = InputSpec(image_size=4, seed=1, num_classes=24, crop="none", flip=False)
     spec = dataclasses.replace(spec, shuffle_buffer=8)
     kw = dict(batch_size=4)
@@ -157,7 +134,7 @@ def test_resume_past_records_that_do_not_decode_sees_the_uninterrupted_batches(t
 
 
 def test_eval_gives_records_that_do_not_decode_weight_0_in_place(tmp_path):
-    data = _data_with_bad_records(tmp_path)
+    data = testing.data_with_bad_records(tmp_path)
     batches = list(
         ip.eval_dataset(data, InputSpec(image_size=4, num_classes=24), split="train", batch_size=5)
     )

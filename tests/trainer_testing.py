@@ -39,6 +39,32 @@ def synthetic_split(n, seed, num_classes=4, size=28):
     return images, labels
 
 
+def data_with_bad_records(directory, n=24, bad=(5, 14), odd_size=()):
+    """One shard of n 4x4 PNGs, record i of label i and pixels i, written directly
+    (tools/make_tfrecords.py skips what does not decode): record bad[0] holds bytes
+    that are not an image, record bad[1] is not a tf.train.Example at all; both
+    CRC-valid. The records in `odd_size` are 4x5 images (ones that decode)."""
+    import tensorflow as tf
+
+    from keras_vit_data import records
+
+    shard = records.shard_name("train", 0, 1)
+    with tf.io.TFRecordWriter(os.path.join(directory, shard)) as writer:
+        for i in range(n):
+            if i == bad[0]:
+                writer.write(records.serialize_example(b"not an image", [i]))
+            elif i == bad[1]:
+                writer.write(b"not a tf.train.Example")
+            else:
+                width = 5 if i in odd_size else 4
+                png = tf.io.encode_png(np.full((4, width, 3), i, np.uint8)).numpy()
+                writer.write(records.serialize_example(png, [i]))
+    manifest = {"num_classes": n, "splits": {"train": {"count": n, "shards": []}}}
+    manifest["splits"]["train"]["shards"].append({"file": shard, "count": n})
+    records.write_manifest(directory, manifest)
+    return str(directory)
+
+
 def make_tiny_data(output_dir, n_train=128, n_test=64, per_shard=32, num_classes=4):
     from keras_vit_data import writer
 

@@ -20,6 +20,11 @@ seed; Mixup / CutMix (augment/mixing.py) run per batch, after `batch_fn` (so on
 one-hot labels), from a batch seed that is a function of (seed, step).
 `spec.augmentation` None: off, and the stream is exactly the one without it.
 
+`spec.cache_decoded` (small datasets: Fashion-MNIST's 60,000 images take 141 MB): the
+pipeline's records are parsed and decoded once, into memory (`decoded_table`), and the
+stream names them by position (`records_stream(positions=True)`): the same batches,
+without reading and decoding every record every epoch.
+
 Across input pipelines (multi-worker, TPU hosts) the stream is split either by
 example (`shard_by='examples'`: pipeline p takes examples p, p+P, ...; every global
 batch then holds exactly the examples a single device would see, which the
@@ -40,6 +45,7 @@ a resumed run skips records, not decoded examples, without decoding what it skip
 
 import dataclasses
 import logging
+import time
 
 import tensorflow as tf
 
@@ -329,12 +335,15 @@ def _pipeline_batch(batch_size, global_batch_size, num_pipelines):
 CYCLE = 16  # files read at once (interleaved record by record) in an epoch
 
 
-def records_stream(spec, share):
+def records_stream(spec, share, positions=False):
     """The pipeline's infinite stream of (epoch int64 (), index int64 (), record string
     ()): epoch e reads `share.files` in an order seeded by (seed, e), in groups of
     CYCLE files each interleaved record by record, and permutes each window of
     share.window records by (seed, e, window); index is the record's place in its
-    epoch. Starts after the records `share` says are consumed.
+    epoch. Starts after the records `share` says are consumed. `positions`: each
+    record is instead its position (int64 ()) among share.files' records in their
+    order, the row of `decoded_table(share.files, ...)` that holds it decoded; the
+    files are then not read.
 
     Resuming costs what one group and one window hold, wherever the epoch stopped:
     the groups before the window the stream resumes in are not opened (their records
@@ -345,6 +354,15 @@ def records_stream(spec, share):
     file_names = tf.constant([f for f, _, _ in files])
     file_starts = tf.constant([s for _, s, _ in files], tf.int64)
     file_counts = tf.constant([c for _, _, c in files], tf.int64)
+    file_firsts = tf.cumsum(file_counts, exclusive=True)  # positions of their first records
+
+    def file_positions(name, start, count, first):
+        del name, start
+        return tf.data.Dataset.range(first, first + count)
+
+    def file_records(name, start, count, first):
+        del first
+        return records.file_records(name, start, count)
 
     def epoch_records(epoch, first=0):
         """The records of `epoch` from place `first`, a multiple of `window`."""
@@ -365,10 +383,11 @@ def records_stream(spec, share):
                     tf.gather(file_names, members),
                     tf.gather(file_starts, members),
                     tf.gather(file_counts, members),
+                    tf.gather(file_firsts, members),
                 )
             )
             return ds.interleave(
-                records.file_records,
+                file_positions if positions else file_records,
                 cycle_length=cycle,
                 block_length=1,
                 deterministic=True,
@@ -400,19 +419,21 @@ def records_stream(spec, share):
     return ds
 
 
-def example_stage(ds, spec, reader=None):
+def example_stage(ds, spec, reader=None, table=None):
     """(epoch, index, record) -> (image float32 (*image_size, 3) in [-1, 1], label),
     decoded and augmented (crop, flip, RandAugment) with seeds of (seed, epoch, index).
     Not strict: one element per record, (image, label, ok bool ()), a record that does
-    not decode a zero image with ok False (`map_keeping_positions`)."""
+    not decode a zero image with ok False (`map_keeping_positions`). `table` (a
+    `DecodedTable`): each record is a position in it (`records_stream(positions=True)`),
+    its image already decoded; the same examples, but for the zero image of a record
+    that does not decode, which `fill_failed_rows` replaces either way."""
     seed = int(spec.seed)
     randaug = spec.augmentation["randaug"] if spec.augmentation else None
 
-    def process(epoch, index, record):
-        encoded, label = parse(record, spec.num_classes, spec.multi_label, reader)
+    def augment(epoch, index, image):
         example_seed = tf.stack([tf.cast(seed, tf.int64) * 65_537 + epoch, index])
         image = preprocess_train(
-            decode(encoded, spec.max_pixels),
+            image,
             example_seed,
             spec.image_size,
             spec.crop,
@@ -421,7 +442,22 @@ def example_stage(ds, spec, reader=None):
             randaug,
             spec.preprocessing,
         )
-        return tf.ensure_shape(image, [*spec.image_size, 3]), label
+        return tf.ensure_shape(image, [*spec.image_size, 3])
+
+    if table is not None:
+
+        def look_up(epoch, index, position):
+            image = augment(epoch, index, tf.gather(table.images, position))
+            label = tf.gather(table.labels, position)
+            if spec.strict:
+                return image, label
+            return image, label, tf.gather(table.ok, position)
+
+        return ds.map(look_up, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    def process(epoch, index, record):
+        encoded, label = parse(record, spec.num_classes, spec.multi_label, reader)
+        return augment(epoch, index, decode(encoded, spec.max_pixels)), label
 
     if spec.strict:  # a record that does not decode is fatal
         return ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
@@ -451,6 +487,94 @@ def mix_stage(ds, spec, first_batch):
         num_parallel_calls=AUTOTUNE,
         deterministic=True,
     )
+
+
+# --- input.cache_decoded: the records decoded once, held in memory -------------------
+
+# The decoded images a table may hold: tf.data captures them in its graph, whose
+# serialised form (a protocol buffer) must stay under 2 GB.
+CACHE_MAX_BYTES = 1 << 30
+CACHE_BATCH = 4096  # records decoded per batch while the table is built
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodedTable:
+    """Records decoded once: images uint8 (N, H, W, 3), labels (N,) int32 (multi_label:
+    (N, num_classes) float32), ok (N,) bool (False: the record did not decode, its
+    image zeros)."""
+
+    images: tf.Tensor
+    labels: tf.Tensor
+    ok: tf.Tensor
+
+
+def decoded_table(files, spec, reader=None):
+    """A `DecodedTable` of every record of `files` ((shard, first record, records)
+    triples, a `Share`'s), in their order: row p holds the record that
+    `records_stream(..., positions=True)` names p. Parsed and decoded as
+    `example_stage` does (`spec.strict`: a record that does not decode is fatal;
+    otherwise it is logged and marked not ok). Every image must have the size of the
+    first that decodes, and all of them fit in CACHE_MAX_BYTES: else a DataError that
+    names the record, or the size."""
+    import numpy as np
+
+    started = time.perf_counter()
+    names, starts, counts = (list(column) for column in zip(*files))
+    num = int(sum(counts))
+    ds = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(names), tf.constant(starts, tf.int64), tf.constant(counts, tf.int64))
+    ).flat_map(records.file_records)
+
+    def decoded(record):
+        encoded, label = parse(record, spec.num_classes, spec.multi_label, reader)
+        return decode(encoded, spec.max_pixels), label
+
+    first = next(iter(ds.map(lambda r: tf.shape(decoded(r)[0])).ignore_errors().take(1)), None)
+    if first is None:
+        raise DataError(f"input.cache_decoded: none of the {num} records of {names[0]}... decode")
+    height, width = (int(x) for x in first[:2])
+    size = num * height * width * 3
+    if size > CACHE_MAX_BYTES:
+        raise DataError(
+            f"input.cache_decoded: the {num:,} training images of {height}x{width} take "
+            f"{size / 2**30:.2f} GiB decoded, over the {CACHE_MAX_BYTES / 2**30:g} GiB a "
+            "cache holds; set input.cache_decoded=False"
+        )
+
+    def fixed(record):  # one static shape, and the size the image had
+        image, label = decoded(record)
+        hw = tf.shape(image)[:2]
+        return tf.image.resize_with_crop_or_pad(image, height, width), label, hw
+
+    if spec.strict:
+        ds = ds.map(fixed, num_parallel_calls=AUTOTUNE).map(lambda *x: (*x, True))
+    else:
+        ds = map_keeping_positions(ds, fixed)
+    columns = [[] for _ in range(4)]
+    for batch in ds.batch(CACHE_BATCH).prefetch(1):
+        for column, part in zip(columns, batch):
+            column.append(part.numpy())
+    images, labels, sizes, ok = (np.concatenate(c) for c in columns)
+    wrong = np.flatnonzero(ok & np.any(sizes != (height, width), axis=1))
+    if wrong.size:
+        p = int(wrong[0])
+        f = int(np.searchsorted(np.cumsum(counts), p, side="right"))
+        record = starts[f] + p - int(np.sum(counts[:f]))
+        h, w = (int(x) for x in sizes[p])
+        raise DataError(
+            f"input.cache_decoded: record {record} of {names[f]} is {h}x{w}, not {height}x"
+            f"{width} as the split's first image ({wrong.size} of {num} differ): a cache "
+            "holds images of one size; set input.cache_decoded=False"
+        )
+    logging.getLogger("trainers").info(
+        "input.cache_decoded: %d images of %dx%d decoded into memory (%.0f MB) in %.1f s",
+        num,
+        height,
+        width,
+        size / 1e6,
+        time.perf_counter() - started,
+    )
+    return DecodedTable(tf.constant(images), tf.constant(labels), tf.constant(ok))
 
 
 # --- tf.data service (input.data_service) --------------------------------------------
@@ -616,7 +740,9 @@ def train_dataset(
             start_step=start_step,
             input_context=input_context,
         )
-        ds = batch_stage(example_stage(records_stream(spec, share), spec, reader), spec, batch_size)
+        table = decoded_table(share.files, spec, reader) if spec.cache_decoded else None
+        ds = records_stream(spec, share, positions=table is not None)
+        ds = batch_stage(example_stage(ds, spec, reader, table), spec, batch_size)
         first_batch = share.first_batch
     # The pipeline's batches are numbered as in an uninterrupted run: step s, replica r
     # is batch s * batches_per_step + r (both shard_by modes, and through the service).

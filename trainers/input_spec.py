@@ -38,7 +38,9 @@ class InputSpec:
     synthetic: the stream's first batch, repeated (a speed measurement of the step
     without the input pipeline; `config.input.synthetic`); data_service: the
     dispatcher ("grpc://HOST:PORT") whose workers decode, augment and batch the training
-    stream (`config.input.data_service`; None: this process does).
+    stream (`config.input.data_service`; None: this process does); cache_decoded: the
+    training records decoded once into memory and read by position, the same stream
+    (`config.input.cache_decoded`, `input_pipeline.decoded_table`).
     """
 
     image_size: tuple = (224, 224)
@@ -61,12 +63,18 @@ class InputSpec:
     preprocessing: dict = None  # the model's input normalisation (None: the official)
     synthetic: bool = False  # the first batch, repeated (speed measurements)
     data_service: str = None  # "grpc://HOST:PORT": batches from tf.data service workers
+    cache_decoded: bool = False  # the training records decoded once, held in memory
 
     def __post_init__(self):
         object.__setattr__(self, "image_size", input_pipeline.image_hw(self.image_size))
         object.__setattr__(self, "area_range", tuple(self.area_range))
         if self.augmentation is not None:
             object.__setattr__(self, "augmentation", augment_settings.resolve(self.augmentation))
+        if self.cache_decoded and self.data_service:
+            raise ValueError(
+                "input.cache_decoded with input.data_service: the service's workers "
+                "decode the records; turn one of them off"
+            )
 
     @classmethod
     def from_config(cls, config, num_classes, multi_label, objective, preprocessing=None):
@@ -97,6 +105,7 @@ class InputSpec:
             preprocessing=preprocessing,
             synthetic=bool(inp.get("synthetic", False)),
             data_service=inp.get("data_service") or None,
+            cache_decoded=bool(inp.get("cache_decoded", False)),
         )
 
     @property

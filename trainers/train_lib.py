@@ -391,7 +391,7 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
             iter(
                 input_pipeline.train_dataset(
                     reader,
-                    dataclasses.replace(spec, shuffle_buffer=1),
+                    dataclasses.replace(spec, shuffle_buffer=1, cache_decoded=False),
                     batch_size=2,
                     prefetch=False,
                 ).take(1)
