@@ -92,7 +92,7 @@ ARMS = {
         "hybrid: stem + 2 ResNet units at twice the width, stride 2 (4x4 tokens), 4 blocks",
         "configs/fashion_mnist_hybrid.py:stage2_wide",
         (),
-        (230, 690, 2200),
+        (335, 1000, 3200),
     ),
 }
 SWEEP_STEPS = 500
