@@ -111,6 +111,7 @@ CHOICE_KEYS = (
     "input.shard_by",
     "input.strict",
     "input.synthetic",
+    "input.cache_decoded",  # decoded once into memory, or every record every epoch
 )
 # Keys that take another path only when on, with the value that is off.
 SWITCH_KEYS = {
