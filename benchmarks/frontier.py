@@ -293,7 +293,7 @@ def plot(summary, machine):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.8), sharey=True)
     for key, ax, xlabel, log in (
         (
             "train_tflops",
@@ -333,9 +333,11 @@ def plot(summary, machine):
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("Fashion-MNIST test accuracy (%)")
-    axes[0].legend(fontsize=8, loc="lower right")
+    # Below both panels: the arms' labels are long, and the panels' lower left is data.
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=2, frameon=False)
     fig.suptitle("From scratch on a 2-core CPU: accuracy against training compute", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.17, 1, 1))
     os.makedirs(os.path.dirname(FIGURE), exist_ok=True)
     fig.savefig(FIGURE, dpi=110)
     plt.close(fig)
