@@ -190,7 +190,8 @@ def base_config(model="ViT_B16"):
             # The training split decoded once into memory (uint8, at most
             # trainers/input_pipeline.CACHE_MAX_BYTES: Fashion-MNIST's 60,000 images take
             # 141 MB), then read by position: the same batches, without parsing and
-            # decoding every record every epoch. Images of one size only.
+            # decoding every record every epoch. Images of one size only; off with
+            # input.data_service (its workers decode).
             cache_decoded=False,
         )
     )

@@ -89,11 +89,11 @@ def test_a_split_over_the_cache_limit_is_refused(data, monkeypatch):
     ip.train_dataset(data, dataclasses.replace(SPEC, cache_decoded=True), batch_size=8)
 
 
-def test_the_cache_and_the_data_service_are_not_both_on():
-    with pytest.raises(ValueError, match="input.cache_decoded with input.data_service"):
-        InputSpec(cache_decoded=True, data_service="grpc://127.0.0.1:5000")
-    config = fashion_mnist.get_config()
-    config.input.cache_decoded = True
+def test_the_data_service_turns_the_cache_off(caplog):
+    with caplog.at_level("INFO", logger="trainers"):
+        spec = InputSpec(cache_decoded=True, data_service="grpc://127.0.0.1:5000")
+    assert not spec.cache_decoded
+    assert "input.cache_decoded is off: input.data_service's workers decode" in caplog.text
+    config = fashion_mnist.get_config()  # the cache on
     config.input.data_service = "grpc://127.0.0.1:5000"
-    with pytest.raises(config_checks.ConfigError, match="cache_decoded=True with"):
-        config_checks.check_input(config, None)
+    config_checks.check_input(config, None)  # no error: the service wins

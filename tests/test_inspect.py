@@ -254,7 +254,10 @@ def test_embedding_filter_components_of_a_model():
 
 
 def test_hybrid_maps_and_distances_work_and_its_filters_are_the_stems():
-    # Stem-only ResNet (stride 4) then 2x2 patches: each token covers 8x8 pixels.
+    # Stem-only ResNet (stride 4) then 2x2 patches: each token covers 8x8 pixels. Seeded:
+    # the float32 and float64 components agree to ~1e-7 over the eigenvalue gap, and an
+    # unseeded draw of 64 random kernels can leave two of the top eigenvalues close.
+    keras.utils.set_random_seed(0)
     model = keras_vit.VisionTransformer(
         image_size=32,
         resnet=(),

@@ -295,11 +295,6 @@ def check_input(config, objective):
             f"--config.input.data_service={service!r}: expected grpc://HOST:PORT, the "
             "dispatcher tools/data_service.py --role=dispatcher started (or None: off)"
         )
-    if service and inp.get("cache_decoded"):
-        raise ConfigError(
-            "--config.input.cache_decoded=True with --config.input.data_service: the "
-            "service's workers read and decode the records; turn one of them off"
-        )
     if (aug["mixup"] or aug["cutmix"]) and not isinstance(objective, objectives.Classification):
         raise ConfigError(
             f"--config.input.mixup / cutmix / aug_setting: Mixup and CutMix ({augment_settings.describe(aug)}) "

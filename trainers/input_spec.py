@@ -10,6 +10,7 @@ another split).
 """
 
 import dataclasses
+import logging
 
 from keras_vit_configs.common import VERIFY_MAX_BYTES
 from keras_vit_data import image_header
@@ -40,7 +41,8 @@ class InputSpec:
     dispatcher ("grpc://HOST:PORT") whose workers decode, augment and batch the training
     stream (`config.input.data_service`; None: this process does); cache_decoded: the
     training records decoded once into memory and read by position, the same stream
-    (`config.input.cache_decoded`, `input_pipeline.decoded_table`).
+    (`config.input.cache_decoded`, `input_pipeline.decoded_table`; off with a
+    data_service, whose workers decode).
     """
 
     image_size: tuple = (224, 224)
@@ -71,10 +73,12 @@ class InputSpec:
         if self.augmentation is not None:
             object.__setattr__(self, "augmentation", augment_settings.resolve(self.augmentation))
         if self.cache_decoded and self.data_service:
-            raise ValueError(
-                "input.cache_decoded with input.data_service: the service's workers "
-                "decode the records; turn one of them off"
+            # The service's workers read and decode the records: a cache here would
+            # decode them for nothing. (configs/fashion_mnist.py has it on.)
+            logging.getLogger("trainers").info(
+                "input.cache_decoded is off: input.data_service's workers decode the records"
             )
+            object.__setattr__(self, "cache_decoded", False)
 
     @classmethod
     def from_config(cls, config, num_classes, multi_label, objective, preprocessing=None):
