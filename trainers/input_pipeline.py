@@ -447,7 +447,7 @@ def example_stage(ds, spec, reader=None, table=None):
     if table is not None:
 
         def look_up(epoch, index, position):
-            image = augment(epoch, index, tf.gather(table.images, position))
+            image = augment(epoch, index, table.image(position))
             label = tf.gather(table.labels, position)
             if spec.strict:
                 return image, label
@@ -499,82 +499,107 @@ CACHE_BATCH = 4096  # records decoded per batch while the table is built
 
 @dataclasses.dataclass(frozen=True)
 class DecodedTable:
-    """Records decoded once: images uint8 (N, H, W, 3), labels (N,) int32 (multi_label:
-    (N, num_classes) float32), ok (N,) bool (False: the record did not decode, its
-    image zeros)."""
+    """Records decoded once, each at its own size: images uint8 (total,), every
+    image's pixels flattened one after another; offsets (N,) int64, where image p
+    starts in it; sizes (N, 2) int32, its (height, width); labels (N,) int32
+    (multi_label: (N, num_classes) float32); ok (N,) bool (False: the record did not
+    decode, its image zeros of spec.image_size)."""
 
     images: tf.Tensor
+    offsets: tf.Tensor
+    sizes: tf.Tensor
     labels: tf.Tensor
     ok: tf.Tensor
+
+    def image(self, position):
+        """Image `position` (a scalar int64 tensor), uint8 (height, width, 3): the
+        array `decode` gave for its record."""
+        height, width = tf.unstack(tf.gather(self.sizes, position))
+        start = tf.gather(self.offsets, position)
+        pixels = tf.slice(self.images, [start], [tf.cast(height * width * 3, tf.int64)])
+        return tf.reshape(pixels, [height, width, 3])
 
 
 def decoded_table(files, spec, reader=None):
     """A `DecodedTable` of every record of `files` ((shard, first record, records)
     triples, a `Share`'s), in their order: row p holds the record that
-    `records_stream(..., positions=True)` names p. Parsed and decoded as
-    `example_stage` does (`spec.strict`: a record that does not decode is fatal;
-    otherwise it is logged and marked not ok). Every image must have the size of the
-    first that decodes, and all of them fit in CACHE_MAX_BYTES: else a DataError that
-    names the record, or the size."""
+    `records_stream(..., positions=True)` names p, decoded as `example_stage` decodes
+    it and kept at its own size (a split of images of several sizes gives the very
+    batches of the stream that decodes them). `spec.strict`: a record that does not
+    decode is fatal; otherwise it is logged (as `ignore_errors` logs it) and marked not
+    ok. None, after one log line, where the images take more than CACHE_MAX_BYTES
+    decoded: the stream then reads and decodes every record, as without the cache."""
     import numpy as np
 
     started = time.perf_counter()
+    log = logging.getLogger("trainers")
     names, starts, counts = (list(column) for column in zip(*files))
     num = int(sum(counts))
-    ds = tf.data.Dataset.from_tensor_slices(
-        (tf.constant(names), tf.constant(starts, tf.int64), tf.constant(counts, tf.int64))
-    ).flat_map(records.file_records)
 
-    def decoded(record):
+    def stepping_aside(what):
+        log.info(
+            "input.cache_decoded steps aside: the %d training images take %s decoded, over "
+            "the %.3g GiB a cache holds (input_pipeline.CACHE_MAX_BYTES); each epoch reads "
+            "and decodes them",
+            num,
+            what,
+            CACHE_MAX_BYTES / 2**30,
+        )
+
+    def decoded(index, record):
         encoded, label = parse(record, spec.num_classes, spec.multi_label, reader)
-        return decode(encoded, spec.max_pixels), label
+        image = decode(encoded, spec.max_pixels)
+        return index, tf.reshape(image, [-1]), label, tf.shape(image)[:2]
 
-    first = next(iter(ds.map(lambda r: tf.shape(decoded(r)[0])).ignore_errors().take(1)), None)
-    if first is None:
+    ds = (
+        tf.data.Dataset.from_tensor_slices(
+            (tf.constant(names), tf.constant(starts, tf.int64), tf.constant(counts, tf.int64))
+        )
+        .flat_map(records.file_records)
+        .enumerate()
+        .map(decoded, num_parallel_calls=AUTOTUNE, deterministic=True)
+    )
+    if not spec.strict:  # dropped here, marked not ok below
+        ds = ds.ignore_errors(log_warning=True)
+    first = next(iter(ds.take(1)), None)
+    if first is not None and num * int(tf.size(first[1])) > CACHE_MAX_BYTES:
+        # An estimate from the first image; a split of several sizes is counted below.
+        stepping_aside(f"about {num * int(tf.size(first[1])) / 2**30:.2f} GiB")
+        return None
+    batches, total = [], 0
+    for index, pixels, label, size in ds.ragged_batch(CACHE_BATCH).prefetch(1):
+        kept = pixels.flat_values.numpy()  # the batch's images, one after another
+        total += kept.size
+        if total > CACHE_MAX_BYTES:
+            stepping_aside(f"over {total / 2**30:.2f} GiB")
+            return None
+        batches.append((index.numpy(), kept, label.numpy(), size.numpy().astype(np.int32)))
+    if not batches:
         raise DataError(f"input.cache_decoded: none of the {num} records of {names[0]}... decode")
-    height, width = (int(x) for x in first[:2])
-    size = num * height * width * 3
-    if size > CACHE_MAX_BYTES:
-        raise DataError(
-            f"input.cache_decoded: the {num:,} training images of {height}x{width} take "
-            f"{size / 2**30:.2f} GiB decoded, over the {CACHE_MAX_BYTES / 2**30:g} GiB a "
-            "cache holds; set input.cache_decoded=False"
-        )
-
-    def fixed(record):  # one static shape, and the size the image had
-        image, label = decoded(record)
-        hw = tf.shape(image)[:2]
-        return tf.image.resize_with_crop_or_pad(image, height, width), label, hw
-
-    if spec.strict:
-        ds = ds.map(fixed, num_parallel_calls=AUTOTUNE).map(lambda *x: (*x, True))
-    else:
-        ds = map_keeping_positions(ds, fixed)
-    columns = [[] for _ in range(4)]
-    for batch in ds.batch(CACHE_BATCH).prefetch(1):
-        for column, part in zip(columns, batch):
-            column.append(part.numpy())
-    images, labels, sizes, ok = (np.concatenate(c) for c in columns)
-    wrong = np.flatnonzero(ok & np.any(sizes != (height, width), axis=1))
-    if wrong.size:
-        p = int(wrong[0])
-        f = int(np.searchsorted(np.cumsum(counts), p, side="right"))
-        record = starts[f] + p - int(np.sum(counts[:f]))
-        h, w = (int(x) for x in sizes[p])
-        raise DataError(
-            f"input.cache_decoded: record {record} of {names[f]} is {h}x{w}, not {height}x"
-            f"{width} as the split's first image ({wrong.size} of {num} differ): a cache "
-            "holds images of one size; set input.cache_decoded=False"
-        )
-    logging.getLogger("trainers").info(
-        "input.cache_decoded: %d images of %dx%d decoded into memory (%.0f MB) in %.1f s",
+    index, kept, labels, sizes = (np.concatenate(column) for column in zip(*batches))
+    ok = np.zeros(num, bool)
+    ok[index] = True
+    # A record that does not decode: zeros of the model's size (`fill_failed_rows`
+    # replaces its example, as it does the stream's).
+    full_sizes = np.tile(np.asarray(spec.image_size, np.int32), (num, 1))
+    full_sizes[index] = sizes
+    full_labels = np.zeros((num, *labels.shape[1:]), labels.dtype)
+    full_labels[index] = labels
+    lengths = full_sizes.prod(axis=1).astype(np.int64) * 3
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    images = np.zeros(int(lengths.sum()), np.uint8)
+    # `kept` holds the decoded images in record order, without the failed ones.
+    decoded_at = np.repeat(ok, lengths)
+    images[decoded_at] = kept
+    distinct = len({tuple(s) for s in sizes})
+    log.info(
+        "input.cache_decoded: %d images (%s) decoded into memory (%.0f MB) in %.1f s",
         num,
-        height,
-        width,
-        size / 1e6,
+        f"{sizes[0][0]}x{sizes[0][1]}" if distinct == 1 else f"{distinct} sizes",
+        images.size / 1e6,
         time.perf_counter() - started,
     )
-    return DecodedTable(tf.constant(images), tf.constant(labels), tf.constant(ok))
+    return DecodedTable(*(tf.constant(a) for a in (images, offsets, full_sizes, full_labels, ok)))
 
 
 # --- tf.data service (input.data_service) --------------------------------------------
