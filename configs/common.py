@@ -112,19 +112,28 @@ def base_config(model="ViT_B16"):
     c.freeze = "none"
     c.layer_decay = 1.0
     c.weight_decay_exclude = ()
-    c.mixed_precision = False  # bfloat16 on TPU/CPU, float16 + loss scaling on GPU
+    c.mixed_precision = False  # mixed bfloat16 on every device (no loss scaling needed)
     c.steps_per_execution = 1
     # XLA: "auto" (trainers/config_checks.py resolves it from the strategy, the devices and
     # the dtype, and logs its choice), True or False.
     c.jit_compile = config_dict.FieldReference("auto", field_type=object)
     c.deterministic_ops = False
     c.checkpoint_every = 1000
+    # Checkpoints (trainers/checkpointing.py): the newest checkpoint_keep in
+    # RUN/checkpoints, and one of every checkpoint_keep_every steps kept for good in
+    # RUN/checkpoints/history (0: none); saved in the background (checkpoint_async);
+    # resume_step: resume from that step's checkpoint instead of the newest.
+    c.checkpoint_keep = 3
+    c.checkpoint_keep_every = 0
+    c.checkpoint_async = True
+    c.resume_step = config_dict.FieldReference(None, field_type=int)
     # TensorBoard points between checkpoints: the means of the last log_every steps
     # (0: one point per checkpoint interval only; trainers/callbacks.py RunLogger).
     c.log_every = 100
-    # Seconds a collective waits for the other workers before the run ends with one line
-    # naming the lost worker (exit code 4; trainers/faults.py). Multi-worker runs only.
-    c.collective_timeout = 600
+    # A lost worker ends a multi-worker run through TensorFlow's coordination service
+    # (exit code 4; trainers/faults.py). collective_timeout: seconds each collective
+    # waits besides, a debugging aid (TensorFlow starts a thread per collective); None: off.
+    c.collective_timeout = config_dict.FieldReference(None, field_type=float)
     # (first, last): a TensorFlow profiler trace of those steps in RUN/tensorboard/train
     # (the chief's; () for none).
     c.profile_steps = ()

@@ -55,11 +55,11 @@ def test_the_evaluators_history_has_the_per_example_loss(tmp_path):
 
     from keras_vit_trainers import evaluators
 
-    data, _, objective, model, spec = _tiny_run(tmp_path)
+    data, config, objective, model, spec = _tiny_run(tmp_path)
     strategy = tf.distribute.get_strategy()
     losses = {}
     for batch in (BATCH, N_TEST):  # padded (11 rows of weight 0), then one whole batch
-        context = evaluators.Context(data, spec, objective, strategy, batch)
+        context = evaluators.Context(data, spec, objective, strategy, batch, config)
         evaluator = evaluators.Classification("test", 0, context, split="test")
         evaluator.run(model, step=7)
         losses[batch] = evaluator.history[7]["loss"]

@@ -30,14 +30,12 @@ STEPS = [
     "--config.warmup_steps=5",
     "--config.log_every=50",
 ]
-# Long enough that no worker times out waiting for a slower one on a loaded CI machine
-# (the suite runs a second test module beside this one on two cores: 30 s once ended a
-# restart with one worker waiting), short enough to bound the lost-worker test.
-COLLECTIVE_TIMEOUT = 120
+# How long a survivor may take to notice a lost worker: TensorFlow's coordination
+# service declares a task lost after its heartbeats stop (no per-collective timeout).
+LOST_WORKER_BOUND = 180
 MULTI_WORKER = [
     "--strategy=multi_worker",
     "--config.input.shard_by=examples",  # every global batch as one device sees it
-    f"--config.collective_timeout={COLLECTIVE_TIMEOUT}",
 ]
 PREEMPTED = re.compile(r"preempted \(SIGTERM\): step (\d+) saved")
 
@@ -50,7 +48,7 @@ def data(tmp_path_factory):
 
 
 def _wait_for_first_checkpoint(run_dir, procs, timeout=240):
-    meta = os.path.join(run_dir, "checkpoints", "training_metadata.json")
+    meta = testing.first_checkpoint_file(run_dir)
     deadline = time.time() + timeout
     while not os.path.exists(meta) and all(p.poll() is None for p in procs):
         assert time.time() < deadline, "no checkpoint within the time limit"
@@ -149,14 +147,14 @@ def test_a_killed_worker_ends_the_other_with_one_line_and_both_resume(
         _wait_for_first_checkpoint(run_dir, procs)
         procs[1].kill()  # kill -9: no handler, no save
         killed_at = time.time()
-        _, err = procs[0].communicate(timeout=COLLECTIVE_TIMEOUT + 60)  # plus a margin
+        _, err = procs[0].communicate(timeout=LOST_WORKER_BOUND)
         waited = time.time() - killed_at
     finally:
         testing.communicate_all(procs, timeout=10)
     assert procs[0].returncode == faults.EXIT_LOST_WORKER, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert "lost worker 1" in last and "Restart every worker" in last, last
-    assert waited < COLLECTIVE_TIMEOUT + 60
+    assert waited < LOST_WORKER_BOUND
 
     steps = _restart_both(cmd)
     assert steps[0] == steps[1] and steps[0] % EVERY == 0 and steps[0] >= EVERY, steps
@@ -243,22 +241,6 @@ def test_watching_mistakes_are_one_line_before_any_model(data, tmp_path, flag, n
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and named in last, last
     assert not (tmp_path / "run").exists()
-
-
-def test_workers_with_no_common_step_get_one_line_naming_each(monkeypatch):
-    per_worker = [[400, 200], [600, 0]]
-    monkeypatch.setattr(faults, "gather_per_worker", lambda strategy, held: per_worker)
-    with pytest.raises(faults.ResumeMismatch) as e:
-        faults.resume_step(None, (400, 200))
-    message = str(e.value)
-    assert "worker 0: steps 400 and 200" in message and "worker 1: steps 600" in message
-    assert "\n" not in message
-
-    per_worker[:] = [[400, 200], [600, 400]]
-    assert faults.resume_step(None, (400, 200)) == (400, "latest")
-    assert faults.resume_step(None, (600, 400)) == (400, "previous")
-    per_worker[:] = [[0, 0], [0, 0]]
-    assert faults.resume_step(None, (0, 0)) == (0, None)
 
 
 def test_lost_worker_line_names_the_other_task():

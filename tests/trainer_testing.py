@@ -203,6 +203,12 @@ def take(ds, n):
     return [(x.numpy(), y.numpy()) for x, y in ds.take(n)]
 
 
+def first_checkpoint_file(run_dir):
+    """The file whose appearance says RUN's first checkpoint is complete
+    (tf.train.CheckpointManager writes its state file after the checkpoint)."""
+    return os.path.join(run_dir, "checkpoints", "checkpoint")
+
+
 def kill_after_first_checkpoint(cmd, run_dir, timeout=240):
     """Starts the trainer `cmd` and kill -9s it once RUN/checkpoints has a checkpoint
     (no cleanup, no final save); asserts it had not finished."""
@@ -211,7 +217,7 @@ def kill_after_first_checkpoint(cmd, run_dir, timeout=240):
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    meta = os.path.join(run_dir, "checkpoints", "training_metadata.json")
+    meta = first_checkpoint_file(run_dir)
     deadline = time.time() + timeout
     while not os.path.exists(meta) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)

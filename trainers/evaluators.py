@@ -5,13 +5,12 @@ a `type` and its settings, e.g. (configs/common.py has the defaults)
     config.evals.test = dict(type="classification", split="test", every=0)
     config.evals.fewshot = dict(type="fewshot", every=1000, shots=(1, 5, 10, 25))
 
-`every`: run every N optimizer steps (at the end of the checkpoint interval that
-reaches the multiple: evaluations never interrupt an interval) and once after
-training; 0: after training only; -1: never. After training the model has its
+`every`: run every N optimizer steps (the training loop stops at each multiple) and
+once after training; 0: after training only; -1: never. After training the model has its
 final weights (the EMA's when EMA is on); periodic runs see the current weights.
 
 Each type is a small class here, registered by name; `build(config, context)`
-makes the configured ones, `EvaluatorCallback` runs them during `fit`, and
+makes the configured ones, the training loop (trainers/train_lib.py) runs them, and
 tools/fewshot.py uses the `fewshot` one alike. An evaluator's `run(model)` returns
 {metric: float} for logs and metrics.json, and keeps its full results in
 `self.last`. Results are written to RUN/eval_log.jsonl ({"step", "name", metrics}),
@@ -22,7 +21,6 @@ TensorBoard (RUN/tensorboard/<name>) and metrics.json (`<name>_<metric>`, and
 import dataclasses
 import logging
 
-import keras
 import tensorflow as tf
 
 from keras_vit_data import readers
@@ -54,6 +52,7 @@ class Context:
     objective: object
     strategy: object
     batch_size: int
+    config: object = None  # the run's config (the objective's loss settings)
 
 
 class Evaluator:
@@ -114,9 +113,16 @@ class Classification(Evaluator):
             )
         return self._dataset
 
-    def run(self, model, step=None):
-        results = model.evaluate(self.dataset(), return_dict=True, verbose=0)
+    def run(self, model, step=None, should_stop=None):
+        """The objective's metrics over the split; {} when `should_stop()` ended it
+        early (a preemption: nothing is recorded)."""
         objective = self.context.objective
+        if isinstance(self.context.strategy, tf.distribute.TPUStrategy):
+            results = model.evaluate(self.dataset(), return_dict=True, verbose=0)
+        else:
+            results = self._evaluate_here(model, should_stop)
+            if results is None:
+                return {}
         scalars = {
             objective.metric_name: float(results[objective.metric_name]),
             "loss": float(results[objective.loss_metric_name]),
@@ -126,6 +132,20 @@ class Classification(Evaluator):
         # batches too; the history (metrics.json) keeps the per-example loss instead.
         results["loss"] = scalars["loss"]
         return self.record(step, results, scalars)
+
+    def _evaluate_here(self, model, should_stop):
+        """The objective's weighted metrics, batch by batch in this process (each
+        worker scores the whole split: no collective, so a worker can end it alone)."""
+        metrics = self.context.objective.metrics(self.context.config)
+        forward = tf.function(lambda x: model(x, training=False))
+        for x, y, w in self.dataset():
+            if should_stop is not None and should_stop():
+                log.info("%s evaluation ended early (preemption)", self.name)
+                return None
+            y_pred = forward(x)
+            for metric in metrics:
+                metric.update_state(y, y_pred, sample_weight=w)
+        return {m.name: float(m.result()) for m in metrics}
 
 
 @register("fewshot")
@@ -142,7 +162,8 @@ class FewShot(Evaluator):
         )
         self.vit = None  # the ViT whose features are read; default: the trained model
 
-    def run(self, model, step=None):
+    def run(self, model, step=None, should_stop=None):
+        del should_stop  # a linear probe: short
         results = self.evaluator.evaluate(self.vit or getattr(model, "backbone", model))
         scalars = {f"{k}shot": r["mean"] for k, r in sorted(results.items())}
         log.info(
@@ -178,37 +199,10 @@ def build(evals, context):
     return made
 
 
-class EvaluatorCallback(keras.callbacks.Callback):
-    """Runs the periodic evaluators at the end of each checkpoint interval that
-    reached a multiple of their `every`; results to the epoch's logs
-    (`<name>_<metric>`), RUN/eval_log.jsonl, TensorBoard and the evaluator's history."""
-
-    def __init__(self, evaluators, run_dir=None, chief=True):
-        super().__init__()
-        self.evaluators = [e for e in evaluators if e.every > 0]
-        self.run_dir, self.chief = run_dir, chief
-        self._last = {}
-
-    def _step(self):
-        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-
-    def on_train_begin(self, logs=None):
-        start = self._step()
-        self._last = {e.name: start for e in self.evaluators}
-
-    def on_epoch_end(self, epoch, logs=None):
-        step = self._step()
-        for evaluator in self.evaluators:
-            if step // evaluator.every > self._last[evaluator.name] // evaluator.every:
-                self._last[evaluator.name] = step
-                scalars = evaluate(evaluator, self.model, step, self.run_dir, self.chief)
-                if logs is not None:
-                    logs.update({f"{evaluator.name}_{k}": v for k, v in scalars.items()})
-
-
-def evaluate(evaluator, model, step, run_dir=None, chief=True):
-    """`evaluator.run(model)`, written to the run's eval log and TensorBoard."""
-    scalars = evaluator.run(model, step)
+def evaluate(evaluator, model, step, run_dir=None, chief=True, should_stop=None):
+    """`evaluator.run(model)`, written to the run's eval log and TensorBoard;
+    `should_stop()`: end it early (a preemption), recording nothing."""
+    scalars = evaluator.run(model, step, should_stop)
     log.debug("step %d %s: %s", step, evaluator.name, scalars)
     if run_dir is not None and chief and scalars:
         run_dir.append_jsonl(run_dir.eval_log, {"step": step, "name": evaluator.name, **scalars})

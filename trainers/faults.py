@@ -1,31 +1,32 @@
 """What a long run does when a host is taken or lost (docs/training.md, "Preemption and
-lost workers"; the reasons in docs/design.md, "Faults").
+lost workers").
 
-Preemption: GCE, TPU VMs and Kubernetes send SIGTERM before they take a host. While
-`fit` runs, `PreemptionWatch` turns SIGTERM into a flag; at the end of the step in
-flight every worker learns whether any of them was signalled (one all-reduce of the
-flag per step under MultiWorkerMirroredStrategy, so that all stop at the same step),
-saves that step's checkpoint and stops; the trainer then exits with EXIT_PREEMPTED
-after one line. Rerunning the same command resumes at that step, inside the
-checkpoint interval (trainers/train_lib.py trains the interval's rest first).
+Preemption: GCE, TPU VMs and Kubernetes send SIGTERM before they take a host.
+`PreemptionHandler` saves the run's state at the next step boundary and then raises
+`Preempted`; the trainer exits with EXIT_PREEMPTED after one line, and rerunning the
+same command resumes at that step.
+- Under MultiWorkerMirroredStrategy and TPUStrategy it is TensorFlow's own
+  `tf.distribute.experimental.PreemptionCheckpointHandler`: the signalled worker
+  agrees a step with the others through the coordination service and all of them save
+  there (the chief's copy stays).
+- Under the default and mirrored strategies (one process) a SIGTERM handler sets a
+  flag, read at each step boundary; an evaluation running then is ended at its next
+  batch (`evaluation_should_stop`), so the save does not wait for it.
 
-Resume: under several workers each holds its own checkpoints; `resume_step` gathers
-every worker's two (the newest and the one before it) once, before training, and all
-restore the newest step that every worker holds, or the run stops with one line
-naming each worker's steps.
-
-A lost worker: collectives time out after `config.collective_timeout` seconds
-(trainers/strategy.py) and TensorFlow's coordination service reports a worker whose
-heartbeats stop; `lost_worker_line` turns either error into one line naming the
-worker, and the trainer exits with EXIT_LOST_WORKER instead of waiting forever.
+A lost worker: TensorFlow's coordination service notices a worker whose heartbeats
+stop and fails the collectives of the others; `lost_worker_line` turns that error into
+one line naming the worker, and the trainer exits with EXIT_LOST_WORKER instead of
+waiting. (`config.collective_timeout` adds a per-collective timeout, a debugging aid
+that TensorFlow documents as such; off by default.)
 """
 
 import logging
 import re
+import shutil
 import signal
+import tempfile
 import threading
 
-import keras
 import tensorflow as tf
 
 log = logging.getLogger("trainers")
@@ -47,72 +48,39 @@ class Preempted(Exception):
         self.step, self.checkpoint_dir = step, checkpoint_dir
 
 
-class ResumeMismatch(ValueError):
-    """The workers hold checkpoints of no common step."""
+def _uses_tensorflow_handler(strategy):
+    return isinstance(
+        strategy, (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.TPUStrategy)
+    )
 
 
-def _is_multi_worker(strategy):
-    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+class PreemptionHandler:
+    """SIGTERM -> the state saved at the next step boundary (`save(step)`, every
+    worker), then `Preempted`. Call `after_steps(step)` at every step boundary; use as
+    a context manager around training (it owns the SIGTERM handler only there)."""
 
-
-def _local_replicas(strategy):
-    return max(1, len(strategy.extended.worker_devices))
-
-
-def gather_per_worker(strategy, values):
-    """`values` (a list of ints, the same length on every worker) of each worker, in
-    worker order: [[worker 0's], [worker 1's], ...]. One all-gather under
-    MultiWorkerMirroredStrategy; [values] under any other strategy."""
-    if not _is_multi_worker(strategy):
-        return [list(values)]
-    local = tf.constant([list(values)], tf.int64)
-    rows = strategy.gather(strategy.run(lambda: local), axis=0).numpy()
-    # one row per replica; a worker's replicas are consecutive and hold the same values
-    return [list(map(int, row)) for row in rows[:: _local_replicas(strategy)]]
-
-
-def resume_step(strategy, held):
-    """(step, which): the step every worker resumes from and which of this worker's
-    checkpoints holds it ('latest' or 'previous'; None for step 0). `held`: this
-    worker's (latest step, previous step), 0 for none. The newest step all workers
-    hold; ResumeMismatch when they hold none in common but step 0."""
-    per_worker = gather_per_worker(strategy, held)
-    if not any(any(steps) for steps in per_worker):
-        return 0, None  # a fresh run on every worker
-    common = set.intersection(*({s for s in steps if s} for steps in per_worker))
-    if not common:
-        held_by = "; ".join(f"worker {i}: {_steps_text(s)}" for i, s in enumerate(per_worker))
-        raise ResumeMismatch(
-            f"the workers' checkpoints share no step ({held_by}): they cannot resume "
-            "together. Restore the missing worker's checkpoints folder (RUN/checkpoints "
-            "or RUN/workers/worker_N), or train into a new --model_dir."
-        )
-    step = max(common)
-    return step, ("latest" if held[0] == step else "previous")
-
-
-def _steps_text(steps):
-    shown = [str(s) for s in steps if s]
-    return "steps " + " and ".join(shown) if shown else "no checkpoint"
-
-
-class PreemptionWatch(keras.callbacks.Callback):
-    """SIGTERM during `fit` -> the step in flight saved by `checkpoint` (a
-    callbacks.RunCheckpoint) on every worker, and training stopped.
-
-    Use as a context manager around `fit` (it owns the SIGTERM handler only there,
-    and puts the previous one back); `preempted_step` is the saved step, or None."""
-
-    def __init__(self, strategy, checkpoint):
-        super().__init__()
-        self.strategy, self.checkpoint = strategy, checkpoint
-        self.preempted_step = None
+    def __init__(self, strategy, save, checkpoint_dir):
+        self.strategy, self.save, self.checkpoint_dir = strategy, save, checkpoint_dir
         self._signalled = threading.Event()
         self._previous = None
-        self._all_reduce = None
+        self._handler = None
+        self._scratch = None
+        self._step = 0
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
+        if _uses_tensorflow_handler(self.strategy):
+            # The handler restores and saves through the checkpoint it is given; ours
+            # are saved by `save_fn` (so that they stay keyed by the step), and it gets
+            # a checkpoint of its own, in a scratch folder, for its run counter.
+            self._scratch = tempfile.mkdtemp(prefix="keras_vit_preemption_")
+            manager = tf.train.CheckpointManager(tf.train.Checkpoint(), self._scratch, 1)
+            config = tf.distribute.experimental.TerminationConfig(
+                exit_fn=self._exit, save_fn=lambda: self.save(self._step)
+            )
+            self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+                self.strategy.cluster_resolver, manager, termination_config=config
+            )
+        elif threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         return self
 
@@ -120,33 +88,32 @@ class PreemptionWatch(keras.callbacks.Callback):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
             self._previous = None
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
         return False
 
     def _on_sigterm(self, signum, frame):
         if not self._signalled.is_set():
-            log.info("SIGTERM: saving the step in flight, then stopping")
+            log.info("SIGTERM: saving at the next step boundary, then stopping")
         self._signalled.set()
 
-    def _any_worker_signalled(self):
-        flag = int(self._signalled.is_set())
-        if not _is_multi_worker(self.strategy):
-            return bool(flag)
-        if self._all_reduce is None:  # traced once: an eager collective costs ~50x more
-            strategy = self.strategy
+    def _exit(self):
+        raise Preempted(self._step, self.checkpoint_dir)
 
-            @tf.function
-            def all_reduce(flag):
-                per_replica = strategy.run(tf.identity, args=(flag,))
-                return strategy.reduce("SUM", per_replica, axis=None)
+    def after_steps(self, step):
+        """At a step boundary (`step` updates done): saves and raises Preempted when a
+        worker was signalled."""
+        self._step = int(step)
+        if self._handler is not None:
+            self._handler.save_checkpoint_if_preempted()
+        elif self._signalled.is_set():
+            self.save(self._step)
+            raise Preempted(self._step, self.checkpoint_dir)
 
-            self._all_reduce = all_reduce
-        return bool(self._all_reduce(tf.constant(flag, tf.int32)).numpy())
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.preempted_step is not None or not self._any_worker_signalled():
-            return
-        self.preempted_step = self.checkpoint.save_step()
-        self.model.stop_training = True
+    def evaluation_should_stop(self):
+        """Whether an evaluation should end now (a SIGTERM under a one-process
+        strategy; the workers of a multi-worker run evaluate to the end)."""
+        return self._signalled.is_set()
 
 
 # "/job:worker/replica:0/task:1" in TensorFlow's errors names a task.

@@ -69,6 +69,9 @@ class MaskedPatch(objectives.Objective):
     def loss(self, config):
         return masked_patch.MaskedPatchLoss()
 
+    def train_metrics(self, config):
+        return {self.metric_name: masked_patch.masked_patch_accuracy}
+
     def metrics(self, config):
         return [
             keras.metrics.MeanMetricWrapper(

@@ -57,6 +57,11 @@ class Objective:
     def metrics(self, config):
         return []
 
+    def train_metrics(self, config):
+        """{name: fn(y_true, y_pred) -> per-example values}: what the training loop
+        logs beside the loss (trainers/loop.py)."""
+        return {}
+
 
 @keras.saving.register_keras_serializable(package="keras_vit_trainers")
 class SigmoidCrossEntropy(keras.losses.Loss):
@@ -108,6 +113,9 @@ class Classification(Objective):
         if kind == "sigmoid":
             return SigmoidCrossEntropy(label_smoothing=smoothing, reduction=reduction)
         raise ValueError(f"config.loss={kind!r}: expected softmax or sigmoid")
+
+    def train_metrics(self, config):
+        return {self.metric_name: top1_accuracy}
 
     def metrics(self, config):
         return [

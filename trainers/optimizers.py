@@ -1,10 +1,7 @@
-"""The paper's optimizers, with global-norm clipping of the *all-reduced* gradient,
-and the fine-tuning controls: layer-wise learning-rate decay and weight-decay
-exclusions.
-
-Keras 3's own `global_clipnorm` would clip each replica's partial gradient; these
-subclasses clip the all-reduced one, the official semantics, through
-trainers/keras_workarounds.py's `ClipAfterAllReduce` (why, and its tests, there).
+"""The paper's optimizers and the fine-tuning controls: layer-wise learning-rate decay
+and weight-decay exclusions. Global-norm clipping of the all-reduced gradient is the
+training step's (trainers/loop.py), since Keras' own `global_clipnorm` would clip each
+replica's partial gradient.
 
 Weight decay: Keras' AdamW applies `variable -= variable * weight_decay * lr`
 (keras/src/optimizers/base_optimizer.py `_apply_weight_decay`, checked in Keras
@@ -21,11 +18,34 @@ weight decay is applied there with that same learning rate (Keras' own
 `_apply_weight_decay` would use the unscaled one).
 """
 
+import re
+
 import keras
 from keras import ops
 
 from keras_vit_trainers import layer_decay as layer_decay_lib
-from keras_vit_trainers.keras_workarounds import ClipAfterAllReduce
+
+
+def _copies(variable):
+    """The tf.Variables that hold a Keras variable: one per device under a strategy."""
+    import tensorflow as tf
+
+    value = getattr(variable, "value", variable)
+    try:
+        return list(tf.distribute.get_strategy().experimental_local_results(value))
+    except (TypeError, ValueError):
+        return [value]
+
+
+class _Rules:
+    """The per-variable rules, held outside TensorFlow's attribute tracking (which
+    would wrap a dict keyed by ints and then refuse to checkpoint the optimizer)."""
+
+    def __init__(self, rules):
+        self.rules = rules
+
+    def of(self, variable):
+        return self.rules[id(getattr(variable, "value", variable))]
 
 
 class LayerwiseLearningRate:
@@ -33,46 +53,57 @@ class LayerwiseLearningRate:
     multiplier, `layer_decay ** (L + 1 - layer id)` (trainers/layer_decay.py); coupled
     weight decay likewise. `layer_decay=1.0` leaves the optimizer as Keras has it."""
 
-    def __init__(self, *args, layer_decay=1.0, **kwargs):
+    def __init__(self, *args, layer_decay=1.0, weight_decay_exclude=(), **kwargs):
         layer_decay = float(layer_decay)
         weight_decay = kwargs.get("weight_decay")
         if layer_decay != 1.0:  # applied per variable in update_step instead
             kwargs["weight_decay"] = 0.0  # (AdamW refuses None)
         super().__init__(*args, **kwargs)
         self.layer_decay = layer_decay
-        self._decay_each_layer = layer_decay != 1.0
-        self._layer_weight_decay = weight_decay
+        self.decay_each_layer = layer_decay != 1.0
+        self.layer_weight_decay = weight_decay
+        self.weight_decay_exclude = tuple(weight_decay_exclude or ())
 
     def build(self, var_list):
+        if self.weight_decay_exclude and not self.decay_each_layer:
+            self.exclude_from_weight_decay(var_names=list(self.weight_decay_exclude))
         super().build(var_list)
-        self.learning_rate_scales = layer_decay_lib.scales(
-            [v.path for v in var_list], self.layer_decay
-        )
+        scales = layer_decay_lib.scales([v.path for v in var_list], self.layer_decay)
+        rules = {}  # id(the tf.Variable on one device) -> (learning-rate scale, decays)
+        for variable, scale in zip(var_list, scales):
+            decays = not any(re.search(n, variable.name) for n in self.weight_decay_exclude)
+            for copy in _copies(variable):
+                rules[id(copy)] = (scale, decays)
+        self.layer_rules = _Rules(rules)
 
     def update_step(self, gradient, variable, learning_rate):
-        if not self._decay_each_layer:
+        if not self.decay_each_layer:
             return super().update_step(gradient, variable, learning_rate)
-        scale = self.learning_rate_scales[self._get_variable_index(variable)]
+        scale, decays = self.layer_rules.of(variable)
         learning_rate = ops.cast(learning_rate, variable.dtype) * scale
-        if self._layer_weight_decay and self._use_weight_decay(variable):
-            wd = ops.cast(self._layer_weight_decay, variable.dtype)
+        if self.layer_weight_decay and decays:
+            wd = ops.cast(self.layer_weight_decay, variable.dtype)
             variable.assign(variable - variable * wd * learning_rate)
         return super().update_step(gradient, variable, learning_rate)
 
     def get_config(self):
-        config = {**super().get_config(), "layer_decay": self.layer_decay}
-        if self._decay_each_layer:
-            config["weight_decay"] = self._layer_weight_decay
+        config = {
+            **super().get_config(),
+            "layer_decay": self.layer_decay,
+            "weight_decay_exclude": list(self.weight_decay_exclude),
+        }
+        if self.decay_each_layer:
+            config["weight_decay"] = self.layer_weight_decay
         return config
 
 
 @keras.saving.register_keras_serializable(package="keras_vit_trainers")
-class AdamW(LayerwiseLearningRate, ClipAfterAllReduce, keras.optimizers.AdamW):
+class AdamW(LayerwiseLearningRate, keras.optimizers.AdamW):
     pass
 
 
 @keras.saving.register_keras_serializable(package="keras_vit_trainers")
-class SGD(LayerwiseLearningRate, ClipAfterAllReduce, keras.optimizers.SGD):
+class SGD(LayerwiseLearningRate, keras.optimizers.SGD):
     pass
 
 
@@ -82,10 +113,10 @@ def make_optimizer(config, learning_rate):
     ema = float(config.ema_momentum or 0.0)
     common = dict(
         learning_rate=learning_rate,
-        clip_global_norm=config.grad_clip_norm,
         use_ema=ema > 0,
         ema_momentum=ema or 0.99,
         layer_decay=config.get("layer_decay", 1.0),
+        weight_decay_exclude=tuple(config.get("weight_decay_exclude") or ()),
     )
     if config.optimizer == "adamw":
         optimizer = AdamW(
@@ -100,7 +131,4 @@ def make_optimizer(config, learning_rate):
         )
     else:
         raise ValueError(f"config.optimizer={config.optimizer!r}: expected adamw or sgd")
-    exclude = tuple(config.get("weight_decay_exclude") or ())
-    if exclude:
-        optimizer.exclude_from_weight_decay(var_names=list(exclude))
     return optimizer

@@ -1,15 +1,18 @@
 """The one training loop behind trainers/pretrain.py and trainers/finetune.py.
 
 `run` is its steps: resolve the config (trainers/train_config.py) -> build the
-model, optimizer and data -> `keras.Model.fit` on a tf.distribute strategy with
-callbacks made from the config -> the evaluators of `config.evals`
-(trainers/evaluators.py) -> export into the run directory
+model, optimizer and data -> restore the newest checkpoint (trainers/checkpointing.py)
+-> `train`: the step loop of trainers/loop.py, `steps_per_execution` updates per call,
+with checkpoints, logs, evaluations (`config.evals`, trainers/evaluators.py), the
+profiler window, the user's Keras callbacks and preemption (trainers/faults.py) at
+step boundaries -> the final evaluations -> export into the run directory
 (`keras_vit.run_directory`, which alone knows its layout).
 
-Exact resume: one Keras "epoch" is one checkpoint interval, so BackupAndRestore's
-epoch-granular restore lands on the checkpointed step, and the input pipeline is a
-pure function of (seed, step) (trainers/input_pipeline.py), so the resumed run
-sees the batches the interrupted one would have.
+Exact resume: the checkpoint holds every variable of the update, the random
+generators' states included, and the input pipeline is a pure function of (seed,
+step) (trainers/input_pipeline.py), so the resumed run sees the batches and the
+dropout masks the interrupted one would have, on any number of workers or replicas
+with the same global batch.
 """
 
 import dataclasses
@@ -26,6 +29,7 @@ from keras_vit.families import FAMILY_OPTIONS
 from keras_vit_data import readers
 from keras_vit_trainers import callbacks as callbacks_lib
 from keras_vit_trainers import (
+    checkpointing,
     config_checks,
     curves,
     evaluators,
@@ -33,7 +37,7 @@ from keras_vit_trainers import (
     freeze,
     input_pipeline,
     input_spec,
-    keras_workarounds,
+    loop,
     masked_patch,  # noqa: F401  (registers the "masked_patch" objective)
     objectives,
     optimizers,
@@ -174,9 +178,8 @@ def init_hint(init):
 @dataclasses.dataclass
 class Plan:
     """The run's sizes: the global batch of one update, micro-batches per update,
-    steps, the checkpoint interval (one Keras epoch), the step training resumes at
-    (inside an interval after a preemption) and the checkpoint folder it resumes from
-    (this worker's)."""
+    updates per call of the step function, steps, the checkpoint interval, the step
+    training resumes at (0: a fresh run) and the checkpoint folder."""
 
     batch: int
     accum: int
@@ -186,102 +189,19 @@ class Plan:
     start_step: int
     checkpoint_dir: str
 
-    @property
-    def epochs(self):
-        return self.total_steps // self.every
-
-    @property
-    def start_epoch(self):
-        return self.start_step // self.every
-
-    def segments(self):
-        """[(first epoch, end epoch, steps per epoch, first step)]: the `fit` calls of
-        the run. One, unless it resumes inside an interval: the interval's rest first."""
-        start, every = self.start_step, self.every
-        out = []
-        if start % every:
-            out.append((start // every, start // every + 1, every - start % every, start))
-            start += every - start % every
-        if start < self.total_steps:
-            out.append((start // every, self.epochs, every, start))
-        return out
-
 
 class PlanError(ValueError):
-    """A step plan that cannot be followed: sizes that do not fit together, or a resume
-    whose checkpoints were counted in another plan's steps."""
+    """A step plan that cannot be followed: sizes that do not fit together, or
+    checkpoints that cannot be resumed under it."""
 
 
-# In the checkpoint folder: the plan its checkpoints count in (a Keras epoch = `every`
-# steps), so that a resume under another plan is refused instead of replaying or
-# skipping steps.
-PLAN_FILE = "plan.json"
-
-
-def _checkpoint_interval(total_steps, checkpoint_every, steps_per_execution):
-    """(every, total_steps): the checkpoint interval (one Keras epoch per checkpoint), a
-    multiple of steps_per_execution, and the steps trained, a multiple of it.
-
-    The largest divisor of total_steps that is a multiple of steps_per_execution, at
-    most checkpoint_every and at least half of it; where none exists (a total_steps
-    worked out from epochs, e.g. configs/vit_b16_i21k.py's 280,004), checkpoint_every
-    rounded down to a multiple of steps_per_execution, and total_steps rounded to the
-    nearest multiple of that (a change of at most half an interval)."""
-    spe = steps_per_execution
-    if min(total_steps, checkpoint_every, spe) < 1:
-        raise PlanError(
-            f"total_steps={total_steps}, checkpoint_every={checkpoint_every} and "
-            f"steps_per_execution={spe} must all be at least 1."
-        )
-    every = max(spe, min(checkpoint_every, total_steps) // spe * spe)
-    for candidate in range(every, max(spe, every // 2) - 1, -spe):
-        if total_steps % candidate == 0:
-            return candidate, total_steps
-    return every, max(every, round(total_steps / every) * every)
-
-
-def _resume_step(strategy, checkpoint_dir, every):
-    """The step this run resumes at (0: none), the same on every worker
-    (faults.resume_step); PlanError where a checkpoint's metadata is unreadable or the
-    workers hold no common step."""
-    try:
-        held = callbacks_lib.RunCheckpoint.saved_steps(checkpoint_dir, every)
-        step, which = faults.resume_step(strategy, held)
-    except (run_directory.RunDirectoryError, faults.ResumeMismatch) as e:
-        raise PlanError(str(e)) from e
-    if which == "previous":
-        log.info("resuming from the previous checkpoint (step %d), which every worker holds", step)
-        callbacks_lib.RunCheckpoint.use_previous(checkpoint_dir)
-    return step
-
-
-def _check_resume(checkpoint_dir, planned, saved_step):
-    """Refuses to resume checkpoints counted in another plan's steps (PlanError). With no
-    checkpoint yet (a fresh run, or one stopped before its first) the plan is
-    (re)written: there is nothing to resume, so any plan may start."""
-    path = os.path.join(checkpoint_dir, PLAN_FILE)
-    if not saved_step:
-        with run_directory.open_file(path, "w") as f:
-            json.dump(planned, f)
-        return
-    if not run_directory.exists(path):
-        return  # checkpoints written before the plan was recorded
-    try:
-        with run_directory.open_file(path) as f:
-            saved = json.load(f)
-    except json.JSONDecodeError as e:
-        raise PlanError(f"{path}: not valid JSON ({e}); delete it to resume anyway.") from e
-    changed = {k: (saved.get(k), v) for k, v in planned.items() if saved.get(k) != v}
-    if changed:
-        what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
-        raise PlanError(
-            f"{checkpoint_dir} holds checkpoints of another plan ({what}): resuming would "
-            "repeat or skip steps. Rerun with the run's total_steps, checkpoint_every, "
-            "steps_per_execution and batch_size, or train into a new --model_dir."
-        )
+PLAN_FILE = checkpointing.PLAN_FILE
 
 
 def plan(config, strategy, checkpoint_dir):
+    """The run's Plan; the step it resumes at is the newest checkpoint's in
+    `checkpoint_dir` (or config.resume_step's). PlanError for sizes that do not fit,
+    checkpoints of another global batch or schedule, or of an earlier release."""
     replicas = strategy.num_replicas_in_sync
     batch, accum = int(config.batch_size), int(config.grad_accum_steps or 1)
     if accum < 1 or batch % (replicas * accum):
@@ -289,33 +209,31 @@ def plan(config, strategy, checkpoint_dir):
             f"batch_size={batch} must be divisible by the {replicas} replicas x "
             f"grad_accum_steps={accum}"
         )
-    spe, requested = int(config.steps_per_execution or 1), int(config.total_steps)
-    every, total_steps = _checkpoint_interval(requested, int(config.checkpoint_every), spe)
-    if total_steps != requested:
-        log.warning(
-            "total_steps=%d has no checkpoint interval near checkpoint_every=%d that divides "
-            "it in multiples of steps_per_execution=%d: training %d steps, checkpointing "
-            "every %d",
-            requested,
-            config.checkpoint_every,
-            spe,
-            total_steps,
-            every,
+    spe, total_steps = int(config.steps_per_execution or 1), int(config.total_steps)
+    every = int(config.checkpoint_every)
+    if min(total_steps, every, spe) < 1:
+        raise PlanError(
+            f"total_steps={total_steps}, checkpoint_every={every} and "
+            f"steps_per_execution={spe} must all be at least 1."
         )
-    elif every != config.checkpoint_every:
-        log.warning(
-            "checkpoint_every=%d does not divide total_steps=%d: checkpointing every %d steps",
-            config.checkpoint_every,
-            total_steps,
-            every,
+    start = 0
+    try:
+        checkpointing.check_not_old(checkpoint_dir)
+        steps = checkpointing.saved_steps(checkpoint_dir)
+        wanted = config.get("resume_step")
+        if wanted is not None and int(wanted) not in steps:
+            held = ", ".join(map(str, steps)) or "none"
+            raise checkpointing.CheckpointError(
+                f"--config.resume_step={wanted}: {checkpoint_dir} has no checkpoint of that "
+                f"step (it has: {held})."
+            )
+        start = int(wanted) if wanted is not None else (steps[0] if steps else 0)
+        checkpointing.check_plan(
+            checkpoint_dir, {"batch": batch, "total_steps": total_steps}, start
         )
-    saved_step = _resume_step(strategy, checkpoint_dir, every)
-    _check_resume(
-        checkpoint_dir,
-        {"total_steps": total_steps, "every": every, "steps_per_execution": spe, "batch": batch},
-        saved_step,
-    )
-    return Plan(batch, accum, spe, total_steps, every, min(saved_step, total_steps), checkpoint_dir)
+    except checkpointing.CheckpointError as e:
+        raise PlanError(str(e)) from e
+    return Plan(batch, accum, spe, total_steps, every, min(start, total_steps), checkpoint_dir)
 
 
 def _set_precision(config, strategy):
@@ -325,8 +243,10 @@ def _set_precision(config, strategy):
 
 
 def build(config, strategy, objective, num_classes, plan, init, jit_compile):
-    """The compiled task model, initialised from `init` on a fresh run; `jit_compile`:
-    config.jit_compile resolved (config_checks.jit_compile)."""
+    """The task model, initialised from `init` on a fresh run, compiled (for its
+    evaluations: the objective's loss and metrics, `jit_compile`) with the run's
+    optimizer as `model.optimizer`; `jit_compile`: config.jit_compile resolved
+    (config_checks.jit_compile)."""
     init = open_init(init, builder_name(config))
     make_model = model_factory(config, init)
     with strategy.scope():
@@ -348,10 +268,8 @@ def build(config, strategy, objective, num_classes, plan, init, jit_compile):
             # Weighted: Keras applies sample weights to `weighted_metrics` only, and the
             # evaluation batches pad each split with weight-0 rows (input_pipeline).
             weighted_metrics=objective.metrics(config),
-            steps_per_execution=plan.steps_per_execution,
             jit_compile=jit_compile,
         )
-        keras_workarounds.accumulate_gradients(model, plan.accum)
     return model
 
 
@@ -381,81 +299,146 @@ def train_data(strategy, data, spec, plan, model_dir=None, start_step=None):
     )
 
 
+def _boundaries(config, plan, evals, profile):
+    """The step boundaries the loop stops at besides every steps_per_execution
+    updates: checkpoints, log points, periodic evaluations, the profiler window."""
+    every = [plan.every, int(config.log_every or 0), *(e.every for e in evals if e.every > 0)]
+    fixed = {plan.total_steps, *(profile or ())}
+    return [e for e in every if e > 0], fixed
+
+
+def _next_stop(step, plan, periods, fixed):
+    candidates = [step + plan.steps_per_execution, plan.total_steps]
+    candidates += [(step // p + 1) * p for p in periods]
+    candidates += [s for s in fixed if s > step]
+    return min(candidates)
+
+
 def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spec, callbacks=()):
-    """`model.fit` with the run's callbacks and the user's (`callbacks`, then
-    config.callbacks'), once per `plan.segments()` on the stream `make_data(first
-    step)`; raises TrainingDivergedError on NaN and faults.Preempted after a SIGTERM.
-    Returns the RunLogger (train figures)."""
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        batch = next(
-            iter(
-                input_pipeline.train_dataset(
-                    reader,
-                    dataclasses.replace(spec, shuffle_buffer=1, cache_decoded=False),
-                    batch_size=2,
-                    prefetch=False,
-                ).take(1)
-            )
+    """Trains `model` (as `build` made it) from plan.start_step to plan.total_steps on
+    the stream `make_data(first step)`, with the run's checkpoints, logs, evaluations
+    and the user's Keras callbacks (`callbacks`, then config.callbacks'); raises
+    TrainingDivergedError on NaN and faults.Preempted after a SIGTERM. Returns the
+    RunLogger (train figures)."""
+    del reader, spec  # the stream is make_data's
+    optimizer = model.optimizer
+    objective = objectives.get(config.objective)
+    train_step = loop.TrainStep(
+        model,
+        optimizer,
+        objective.loss(config),
+        objective.train_metrics(config),
+        strategy,
+        accum=plan.accum,
+        clip_norm=config.grad_clip_norm,
+        jit_compile=model.jit_compile,
+    )
+    train_step.build()
+    state = checkpointing.training_state(model, optimizer)
+    checkpoints = checkpointing.RunCheckpoints(
+        plan.checkpoint_dir,
+        state,
+        chief=chief,
+        keep=config.get("checkpoint_keep", 3),
+        keep_every=config.get("checkpoint_keep_every", 0),
+        async_save=bool(config.get("checkpoint_async", False)),
+    )
+    step = checkpoints.restore(plan.start_step) if plan.start_step else 0
+    if train_step.step() != step:
+        raise PlanError(
+            f"{plan.checkpoint_dir}: the checkpoint of step {step} holds optimizer step "
+            f"{train_step.step()}; train into a new --model_dir."
         )
-        keras_workarounds.prepare_multi_worker_fit(model, strategy, batch)
-    guard = callbacks_lib.NanGuard()
-    checkpoint_dir = plan.checkpoint_dir
     logger = callbacks_lib.RunLogger(
         plan.every, plan.batch, plan.total_steps, run if chief else None, config.log_every
     )
-    checkpoint = callbacks_lib.RunCheckpoint(checkpoint_dir, guard, plan.every)
-    watch = faults.PreemptionWatch(strategy, checkpoint)
-    user = [*callbacks, *(make() for make in config_checks.user_callbacks(config))]
-    callbacks = [
-        guard,
-        checkpoint,
-        watch,  # after the checkpoint's restore, before anything logs the stopped step
-        logger,
-        evaluators.EvaluatorCallback(evals, run, chief),
-        *user,
-    ]
-    if chief and config.get("profile_steps"):
-        callbacks.append(
-            callbacks_lib.ProfileWindow(*config.profile_steps, run.tensorboard("train"))
-        )
-    if chief:
-        callbacks.append(
-            callbacks_lib.TrainingProgress(
-                plan.total_steps, plan.batch, plan.start_step, plan.steps_per_execution
-            )
-        )
-    with watch:
-        for first_epoch, end_epoch, steps, first_step in plan.segments():
-            model.fit(
-                make_data(first_step),
-                epochs=end_epoch,
-                initial_epoch=first_epoch,
-                steps_per_epoch=steps,
-                callbacks=callbacks,
-                shuffle=False,  # the stream shuffles itself, seeded (input_pipeline)
-                verbose=0,
-            )
-            if model.stop_training:
+    user = keras.callbacks.CallbackList(
+        [*callbacks, *(make() for make in config_checks.user_callbacks(config))], model=model
+    )
+    profile = tuple(config.get("profile_steps") or ())
+    window = (
+        callbacks_lib.ProfileWindow(*profile, run.tensorboard("train"))
+        if chief and profile
+        else None
+    )
+    progress = callbacks_lib.TrainingProgress(plan.total_steps, plan.batch, step) if chief else None
+    periods, fixed = _boundaries(config, plan, evals, profile if window else ())
+    preemption = faults.PreemptionHandler(strategy, checkpoints.save, plan.checkpoint_dir)
+    last_good, bad_step = step, None
+    iterator = iter(make_data(step))
+    user.on_train_begin()
+    with preemption:
+        timer = callbacks_lib.Timer()
+        while step < plan.total_steps and not model.stop_training:
+            stop = _next_stop(step, plan, periods, fixed)
+            if window:
+                window.before_steps(step)
+            user.on_train_batch_begin(step)
+            train_step.run(iterator, stop - step)
+            step = stop
+            if window:
+                window.after_steps(step)
+            if not any(step % p == 0 for p in periods) and step != plan.total_steps:
+                user.on_train_batch_end(step - 1)
+                if progress:
+                    progress.update(step, logger.last_logs)
+                preemption.after_steps(step)
+                continue
+            sums = train_step.read_sums()
+            meter = callbacks_lib.Meter()
+            meter.add(sums, 0.0)
+            if not meter.finite():
+                bad_step = step
                 break
-    if watch.preempted_step is not None:
-        raise faults.Preempted(watch.preempted_step, checkpoint_dir)
-    if guard.bad_step is not None:
-        last = callbacks_lib.RunCheckpoint.saved_step(checkpoint_dir, plan.every)
+            extra = {
+                "learning_rate": float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
+                "gradient_norm": float(train_step.gradient_norm.numpy()),
+            }
+            logger.add(step, sums, timer.lap(), extra)
+            logs = {**meter.means(), **extra}
+            user.on_train_batch_end(step - 1, logs)
+            if progress:
+                progress.update(step, logs)
+            if step % plan.every == 0 or step == plan.total_steps:
+                checkpoints.save(step)
+                last_good = step
+                for evaluator in evals:
+                    if evaluator.every > 0 and step % evaluator.every == 0:
+                        evaluators.evaluate(
+                            evaluator, model, step, run, chief, preemption.evaluation_should_stop
+                        )
+                user.on_epoch_end(step // plan.every - 1, logs)
+            else:
+                for evaluator in evals:
+                    if evaluator.every > 0 and step % evaluator.every == 0:
+                        evaluators.evaluate(
+                            evaluator, model, step, run, chief, preemption.evaluation_should_stop
+                        )
+            preemption.after_steps(step)
+            timer.lap()  # evaluations and saves are not training time
+    if window:
+        window.stop()
+    checkpoints.sync()
+    user.on_train_end(logger.last_logs)
+    if progress:
+        progress.close()
+    if bad_step is not None:
         raise TrainingDivergedError(
-            f"loss became NaN/inf at step {guard.bad_step}; training stopped. The last good "
-            f"checkpoint (step {last}) is kept in {checkpoint_dir}; lower the learning rate "
-            f"(now {config.learning_rate}) or check the data, then rerun to resume from it."
+            f"loss became NaN/inf by step {bad_step}; training stopped. The last good "
+            f"checkpoint (step {last_good}) is kept in {plan.checkpoint_dir}; lower the "
+            f"learning rate (now {config.learning_rate}) or check the data, then rerun to "
+            "resume from it."
         )
-    if uses_ema(model.optimizer):  # evaluate and export the Polyak-averaged weights
+    if uses_ema(optimizer):  # evaluate and export the Polyak-averaged weights
         with strategy.scope():
-            model.optimizer.finalize_variable_values(model.trainable_variables)
+            optimizer.finalize_variable_values(model.trainable_variables)
     return logger
 
 
 def uses_ema(optimizer):
-    """Whether `optimizer` keeps a moving average of the weights. Under mixed_float16
-    Keras wraps it in a LossScaleOptimizer, whose own `use_ema` is always False; the
-    wrapped optimizer's is the one that counts."""
+    """Whether `optimizer` keeps a moving average of the weights. A Keras
+    LossScaleOptimizer's own `use_ema` is always False; the wrapped optimizer's is the
+    one that counts."""
     return bool(getattr(getattr(optimizer, "inner_optimizer", optimizer), "use_ema", False))
 
 
@@ -477,7 +460,6 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
     `config`: as trainers/train_config.resolve returns it. `callbacks`: Keras callbacks
     of your own, run after the trainer's (and config.callbacks' after them)."""
     t_start = time.perf_counter()
-    keras_workarounds.check_keras_version()
     run = run_directory.RunDirectory(model_dir)
     reader = open_data(config, data_dir)  # a clear error for a bad --data_dir or dataset
     num_classes = config.num_classes or reader.num_classes
@@ -485,7 +467,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
         config.train_split, bool(config.input.strict), config.input.verify_max_bytes
     )
     chief = strategy_lib.is_chief(strategy)
-    checkpoint_dir = run.checkpoints(None if chief else strategy_lib.worker_index(strategy))
+    checkpoint_dir = run.checkpoints()  # one copy per job: the chief's
     run_directory.makedirs(checkpoint_dir)
     sizes = plan(config, strategy, checkpoint_dir)
     jit_compile = config_checks.check(
@@ -511,7 +493,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
         objective,
         preprocessing=getattr(getattr(model, "backbone", model), "preprocessing", None),
     )
-    context = evaluators.Context(reader, spec, objective, strategy, sizes.batch)
+    context = evaluators.Context(reader, spec, objective, strategy, sizes.batch, config)
     evals = evaluators.build(config.evals, context)
 
     def make_data(start_step):

@@ -1,0 +1,191 @@
+"""The run's checkpoints: `tf.train.CheckpointManager`s keyed by the optimizer step.
+
+RUN/checkpoints holds the newest `keep` checkpoints (`ckpt-STEP`), and with
+`keep_every` > 0, RUN/checkpoints/history one checkpoint of every multiple of
+`keep_every` steps, never deleted: the history to roll back to after a divergence.
+The state (`training_state`) is the model's variables, the optimizer's (moments, EMA,
+step), and so every random generator's state of the model (dropout, attention dropout,
+stochastic depth): a resume is exact with them on, and it restores onto any number of
+replicas or workers.
+
+One copy per job: the chief writes; under MultiWorkerMirroredStrategy the other
+workers take part in each save (as tf.distribute requires) into a folder of their own
+that is removed at once. With `async_save` the chief's saves run in TensorFlow's
+background thread (`CheckpointOptions(experimental_enable_async_checkpoint=True)`):
+training waits only for the copy of the state off the devices.
+
+RUN/checkpoints/plan.json records the global batch and the steps of the run whose
+checkpoints these are: a resume under another global batch or another schedule length
+is refused in one line (the data position and the learning rate are functions of
+them).
+"""
+
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from keras_vit import run_directory
+
+PLAN_FILE = "plan.json"
+HISTORY = "history"
+PREFIX = "ckpt"
+# What the releases before this one wrote (Keras' BackupAndRestore files; a copy per
+# worker under RUN/workers): refused with one line, not misread.
+OLD_FILES = ("training_metadata.json", "latest.weights.h5")
+
+
+class CheckpointError(ValueError):
+    """Checkpoints that cannot be resumed: another plan, an old format, a missing step."""
+
+
+def training_state(model, optimizer):
+    """The tf.train.Checkpoint of everything a resume needs (module docstring): the
+    tf.Variables behind the model's variables (its weights and its random generators'
+    states) and the optimizer's (step, moments, EMA), by position. TensorFlow's own
+    variables, not the Keras objects, so that TensorFlow's asynchronous saving can copy
+    them (it cannot copy a Keras 3 variable: "tf.function only supports singleton
+    tf.Variables", Keras 3.15 / TF 2.21; tests/test_checkpointing.py)."""
+    return tf.train.Checkpoint(
+        model=[v.value for v in model.variables],
+        optimizer=[v.value for v in optimizer.variables],
+    )
+
+
+def saved_steps(directory):
+    """The steps of the checkpoints in `directory` and its history, newest first
+    (without opening them)."""
+    paths = []
+    for folder in (directory, os.path.join(directory, HISTORY)):
+        state = tf.train.get_checkpoint_state(folder) if run_directory.exists(folder) else None
+        paths += list(state.all_model_checkpoint_paths) if state else []
+    return sorted({s for s in map(_step_of, paths) if s is not None}, reverse=True)
+
+
+def _step_of(path):
+    match = re.search(rf"{PREFIX}-(\d+)$", path)
+    return int(match.group(1)) if match else None
+
+
+def check_not_old(directory):
+    """CheckpointError when `directory` (RUN/checkpoints) or RUN/workers holds the
+    checkpoints of a release before tf.train checkpoints."""
+    run = os.path.dirname(os.path.normpath(directory))
+    old = [os.path.join(directory, n) for n in OLD_FILES]
+    old.append(os.path.join(run, "workers"))
+    found = [p for p in old if run_directory.exists(p)]
+    if found:
+        raise CheckpointError(
+            f"{found[0]} is a checkpoint of an earlier keras_vit release (Keras "
+            "BackupAndRestore), which this trainer does not resume: finish that run with "
+            "the release that started it, or start a new --model_dir with "
+            f"--init={os.path.join(run, 'model.weights.h5')} if the run exported weights."
+        )
+
+
+class RunCheckpoints:
+    """Saves and restores `state` (a tf.train.Checkpoint) in `directory`."""
+
+    def __init__(self, directory, state, *, chief=True, keep=3, keep_every=0, async_save=False):
+        self.directory, self.state, self.chief = directory, state, chief
+        self.keep_every = int(keep_every or 0)
+        self.options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=async_save)
+        self.async_save = bool(async_save) and chief
+        run_directory.makedirs(directory)
+        self.manager = tf.train.CheckpointManager(
+            state, directory, max_to_keep=int(keep) if keep else None, checkpoint_name=PREFIX
+        )
+        self.history = None
+        if self.keep_every:
+            self.history = tf.train.CheckpointManager(
+                state, os.path.join(directory, HISTORY), max_to_keep=None, checkpoint_name=PREFIX
+            )
+
+    # --- what is there ------------------------------------------------------------------
+
+    def steps(self):
+        """Every step with a checkpoint, newest first."""
+        return saved_steps(self.directory)
+
+    def path_of(self, step):
+        for manager_dir in (self.directory, os.path.join(self.directory, HISTORY)):
+            path = os.path.join(manager_dir, f"{PREFIX}-{step}")
+            if tf.io.gfile.exists(path + ".index"):
+                return path
+        return None
+
+    # --- restore ------------------------------------------------------------------------
+
+    def restore(self, step=None):
+        """Restores the newest checkpoint, or that of `step`; returns its step (0: none,
+        a fresh run). CheckpointError for a step not there, naming those that are."""
+        steps = self.steps()
+        if step is None:
+            if not steps:
+                return 0
+            step = steps[0]
+        path = self.path_of(int(step))
+        if path is None:
+            held = ", ".join(map(str, steps)) or "none"
+            raise CheckpointError(
+                f"--config.resume_step={step}: {self.directory} has no checkpoint of that "
+                f"step (it has: {held})."
+            )
+        status = self.state.restore(path)
+        try:
+            status.assert_existing_objects_matched()
+        except AssertionError as e:
+            raise CheckpointError(
+                f"{path} does not hold this run's model and optimizer ({str(e)[:200]}); "
+                "train into a new --model_dir."
+            ) from e
+        return int(step)
+
+    # --- save ---------------------------------------------------------------------------
+
+    def save(self, step):
+        """Saves the state as step `step` (every worker calls it; the chief's stays)."""
+        step = int(step)
+        if not self.chief:
+            temporary = tempfile.mkdtemp(prefix="keras_vit_worker_checkpoint_")
+            try:
+                self.state.write(os.path.join(temporary, PREFIX))
+            finally:
+                shutil.rmtree(temporary, ignore_errors=True)
+            return
+        if step in {_step_of(p) for p in self.manager.checkpoints}:
+            return  # saved already (a preemption at a scheduled checkpoint)
+        self.manager.save(checkpoint_number=step, options=self.options)
+        if self.keep_every and step % self.keep_every == 0:
+            self.history.save(checkpoint_number=step, options=self.options)
+
+    def sync(self):
+        """Waits for asynchronous saves to be written."""
+        if self.async_save:
+            self.state.sync()
+
+
+def check_plan(directory, planned, resumed_step):
+    """Writes RUN/checkpoints/plan.json on a fresh run; on a resume refuses another
+    global batch or another number of steps in one line (CheckpointError)."""
+    path = os.path.join(directory, PLAN_FILE)
+    if not resumed_step or not run_directory.exists(path):
+        with run_directory.open_file(path, "w") as f:
+            json.dump(planned, f)
+        return
+    try:
+        with run_directory.open_file(path) as f:
+            saved = json.load(f)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e}); delete it to resume anyway.") from e
+    changed = {k: (saved.get(k), v) for k, v in planned.items() if saved.get(k) != v}
+    if changed:
+        what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+        raise CheckpointError(
+            f"{directory} holds checkpoints of another plan ({what}): resuming would change "
+            "the data order or the schedule. Rerun with the run's batch_size and total_steps "
+            "(any number of workers or replicas), or train into a new --model_dir."
+        )
