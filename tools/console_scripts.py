@@ -56,6 +56,10 @@ def export_onnx():
     _tool("export_onnx")
 
 
+def export_openvino():
+    _tool("export_openvino")
+
+
 def fewshot():
     _tool("fewshot")
 
