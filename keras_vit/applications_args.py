@@ -42,8 +42,17 @@ NOT_GIVEN = _NotGiven()
 
 POOLINGS = (None, "token", "avg", "max")
 # 'token': the class token; 'gap': no class token, the mean of the patch tokens;
-# 'map': no class token, multi-head attention pooling (big_vision's MAPHead, SigLIP).
-CLASSIFIERS = ("token", "gap", "map")
+# 'map': no class token, multi-head attention pooling (big_vision's MAPHead, SigLIP);
+# 'token_gap': a class token, left out of the mean of the patch tokens (timm's
+# class_token=True with global_pool='avg': the MAE and BEiT fine-tunes).
+CLASSIFIERS = ("token", "gap", "map", "token_gap")
+# The classifiers whose model has a class token.
+CLASS_TOKEN_CLASSIFIERS = ("token", "token_gap")
+
+
+def has_class_token(classifier):
+    """Whether a model of `classifier` (one of CLASSIFIERS) has a class token."""
+    return classifier in CLASS_TOKEN_CLASSIFIERS
 
 
 def refuse_weights(weights):
@@ -176,7 +185,7 @@ def with_defaults(arguments):
     pooling = a["pooling"]
     if pooling is not NOT_GIVEN and pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS} (or not given), got {pooling!r}.")
-    if pooling == "token" and a["classifier"] != "token" and not a["include_top"]:
+    if pooling == "token" and not has_class_token(a["classifier"]) and not a["include_top"]:
         raise ValueError(
             "pooling='token': this model has no class token (classifier="
             f"{a['classifier']!r}); use 'avg', 'max' or None."

@@ -6,7 +6,8 @@ URL is downloaded once into the cache, a path is read), builds
 `VisionTransformer(**arguments)` with what the checkpoint records where the
 arguments leave it open (resolution, channels, classifier, pre_logits width,
 classes: `CHECKPOINT_DEFAULTS`; and the sizes, `ARCHITECTURE`, where the file records a
-whole model config: a run directory, a `.keras` file), then assigns the checkpoint's arrays
+whole model config: a run directory, a `.keras` file, or where its shapes give them: a
+timm / transformers state dict, `keras_vit.checkpoint.sizes`), then assigns the checkpoint's arrays
 (`keras_vit.checkpoint.loader.load`). The named builders (`ViT_B16(weights=...)`,
 `HybridViT`, `build_model`) are `from_weights` calls, as keras.applications'
 functions and keras-hub's `from_preset` build, then load.
@@ -16,7 +17,7 @@ file) and -> `keras_vit.checkpoint` (which builds no model).
 """
 
 from keras_vit.applications_args import NOT_GIVEN
-from keras_vit.checkpoint import loader, source
+from keras_vit.checkpoint import loader, sizes, source
 from keras_vit.families import FAMILY_OPTIONS
 from keras_vit.vision_transformer import VisionTransformer
 
@@ -55,9 +56,12 @@ def from_weights(weights, **arguments):
             `keras_vit.checkpoint.Source`. None: no weights,
             `VisionTransformer(**arguments)`.
         **arguments: `VisionTransformer`'s (keras.applications' included). The
-            architecture (patch_size, hidden_size, ..., resnet) is theirs, with
-            the constructor's defaults; where they leave `CHECKPOINT_DEFAULTS`
-            open, the checkpoint's values are used. Another `num_classes` gives a
+            architecture (patch_size, hidden_size, ..., resnet) is theirs, else
+            the file's (a config it records, or a state dict's shapes), else the
+            constructor's defaults; where they leave `CHECKPOINT_DEFAULTS`
+            open, the checkpoint's values are used. What a state dict cannot
+            tell and no published model of its shape settles (its heads, a CLIP
+            tower's QuickGELU, ...: `keras_vit.checkpoint.sizes`) must be given. Another `num_classes` gives a
             fresh zero head, another `image_size` resized position embeddings,
             other `channels` an adapted RGB kernel. `posemb_resize` ('official',
             'timm', 'transformers') chooses how position embeddings are resized
@@ -70,7 +74,8 @@ def from_weights(weights, **arguments):
         AugReg name or URL, an AugReg checkpoint of another architecture,
         contradictory arguments), `keras_vit.checkpoint.registry.DownloadError`
         (not cached and not downloadable: the URL and the cache path are named),
-        CheckpointError (a file that is not a checkpoint, or does not fit),
+        CheckpointError (a file that is not a checkpoint, or does not fit, or
+        does not say an argument that is not given: named),
         `keras_vit.run_directory.RunDirectoryError` (a run without its model).
     """
     posemb_resize = arguments.pop("posemb_resize", None)  # `loader.load`'s option
@@ -86,12 +91,17 @@ def from_weights(weights, **arguments):
             given["num_heads"],
             given["num_layers"],
             given["resnet"],
+            given=[key for key in ARCHITECTURE if key in arguments],
         )
         opened = source.open_source(weights, arch)
+    sizes.require_determined(opened.origin, opened.metadata, arguments)
+    opened = sizes.determined(opened)  # the arguments say what the file does not
+    # The sizes the file records: a whole config's, else those its shapes give.
+    found = {**(opened.metadata.get("sizes") or {}), **(opened.config or {})}
     recorded = {
-        key: opened.config[key]
+        key: found[key]
         for key in ARCHITECTURE
-        if opened.config and key in opened.config and key not in arguments
+        if found.get(key) is not None and key not in arguments
     }
     if recorded:
         arguments = {**recorded, **arguments}

@@ -28,6 +28,7 @@ packs the logits and the corruption mask (see `MaskedPatchHead`), so Keras'
 import keras
 from keras import ops
 
+from keras_vit.applications_args import has_class_token
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.resnet import resnet_stride
@@ -249,7 +250,7 @@ class MaskedPatchPredictor(keras.Model):
         )
         x, corrupted = corruption(x)
         prefix = 0
-        if backbone.classifier == "token":
+        if has_class_token(backbone.classifier):
             x = backbone.get_layer("cls")(x)
             prefix = 1
         x = backbone.get_layer("Transformer")(x)

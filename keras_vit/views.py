@@ -20,6 +20,7 @@ import weakref
 
 import keras
 
+from keras_vit.applications_args import has_class_token
 from keras_vit.layers.patch_embedding import PatchTokenMap
 
 # Attention models by ViT, outside Keras' attribute tracking (they share its layers).
@@ -160,7 +161,7 @@ class ModelViews:
     def _embedded(self, images):
         """`embed` (the encoder's input, and what carries it there) with this model's
         layers."""
-        class_token = self.get_layer("cls") if self.classifier == "token" else None
+        class_token = self.get_layer("cls") if has_class_token(self.classifier) else None
         return embed(
             images,
             self.resnet_layers(),

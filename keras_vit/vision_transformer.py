@@ -30,7 +30,7 @@ import keras
 
 from keras_vit import applications_args
 from keras_vit import layers as vit_layers
-from keras_vit.applications_args import NOT_GIVEN
+from keras_vit.applications_args import NOT_GIVEN, has_class_token
 from keras_vit.compilation import AutoJitCompile
 from keras_vit.families import FAMILY_DEFAULTS, recorded_options
 from keras_vit.layers.patch_embedding import PatchTokenMap
@@ -63,10 +63,13 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         patch_size: patch side P (on the ResNet feature map for hybrids).
         hidden_size, mlp_dim, num_heads, num_layers: Transformer sizes.
         classifier: the architecture: 'token' (class token), 'gap' (no class
-            token, global average pooling) or 'map' (no class token,
+            token, global average pooling), 'map' (no class token,
             multi-head attention pooling: big_vision's MAPHead, SigLIP's
             vision tower; `keras_vit.layers.MultiHeadAttentionPooling`, weights
-            'MAPHead_0/...'). None: what the checkpoint has, else 'token'.
+            'MAPHead_0/...') or 'token_gap' (a class token, which the average
+            pooling leaves out with any registers: timm's class_token=True
+            with global_pool='avg', the MAE and BEiT fine-tunes). None: what the
+            checkpoint has, else 'token'.
         representation_size: width of the pre_logits layer (Dense + tanh), or
             None for none. Not given: follow the checkpoint (none without one).
         num_classes: head width. None: `classes`, else the checkpoint's, else
@@ -328,7 +331,7 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         resnet_stages = resnet_layers(resnet, dtype) if resnet is not None else []
         grid_size = token_grid_of(resnet_stages, patch_embedding, image_size)
         class_token = (
-            vit_layers.ClassToken(name="cls", dtype=dtype) if classifier == "token" else None
+            vit_layers.ClassToken(name="cls", dtype=dtype) if has_class_token(classifier) else None
         )
         _, x, patch_map = embed(images, resnet_stages, patch_embedding, class_token, dynamic_size)
         encoder = vit_layers.Encoder(
@@ -336,7 +339,7 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             num_layers,
             num_heads,
             mlp_dim,
-            num_prefix_tokens=1 if classifier == "token" else 0,
+            num_prefix_tokens=1 if has_class_token(classifier) else 0,
             dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
             stochastic_depth_rate=stochastic_depth_rate,
@@ -372,11 +375,10 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
                     dtype=dtype,
                 )(x)
             else:
-                if classifier == "gap" and num_registers:  # the registers are not patches
-                    x = keras.layers.Cropping1D(
-                        (num_registers, 0), name="patch_tokens", dtype=dtype
-                    )(x)
-                x = vit_layers.TokenPooling(classifier, name="pool", dtype=dtype)(x)
+                if classifier != "token" and prefix:  # the mean of the patch tokens alone
+                    x = keras.layers.Cropping1D((prefix, 0), name="patch_tokens", dtype=dtype)(x)
+                pool = "token" if classifier == "token" else "gap"
+                x = vit_layers.TokenPooling(pool, name="pool", dtype=dtype)(x)
             if after_pooling is not None:
                 x = after_pooling(x)
             if representation_size:

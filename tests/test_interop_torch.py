@@ -20,12 +20,14 @@ from interop_testing import (
     TINY,
     images,
     import_timm,
+    timm_family,
     timm_vit,
     torch_forward,
     transformers_vit,
 )
 
 import keras_vit
+from keras_vit.checkpoint import CheckpointError
 from keras_vit.checkpoint.refused import RefusedFeatureError
 
 pytestmark = pytest.mark.skipif(
@@ -72,12 +74,28 @@ TIMM_FAMILIES = {
     "class token, .bin": (dict(), "bin"),
     "class token, bare file": (dict(), "file"),
     "gap + fc_norm": (dict(class_token=False, global_pool="avg"), "hub"),
-    "gap + fc_norm, bare file": (dict(class_token=False, global_pool="avg"), "file"),
+    # a bare file without a class token does not say its GELU's form: given
+    "gap + fc_norm, bare file": (
+        dict(class_token=False, global_pool="avg"),
+        "file",
+        dict(approximate_gelu=False),
+    ),
     "gap, final norm before pooling": (
         dict(class_token=False, global_pool="avg", fc_norm=False),
         "hub",
     ),
     "class token + fc_norm": (dict(global_pool="token", fc_norm=True), "hub"),
+    # the class token left out of the mean (MAE, BEiT fine-tunes): classifier='token_gap'
+    "class token + avg pooling": (dict(global_pool="avg"), "hub"),
+    "class token + avg pooling, bare file": (dict(global_pool="avg"), "file"),
+    "class token + avg pooling, norm before pooling": (
+        dict(global_pool="avg", fc_norm=False),
+        "hub",
+    ),
+    "class token + registers + avg pooling": (
+        dict(global_pool="avg", reg_tokens=2, no_embed_class=True),
+        "hub",
+    ),
     "no_embed_class": (dict(no_embed_class=True), "file"),
     "tanh GELU": (dict(act_layer="gelu_tanh"), "hub"),
     "headless": (dict(num_classes=0), "hub"),
@@ -87,13 +105,35 @@ TIMM_FAMILIES = {
 
 @pytest.mark.parametrize("family", sorted(TIMM_FAMILIES))
 def test_timm_family(family, tmp_path):
-    options, kind = TIMM_FAMILIES[family]
+    options, kind, *arguments = TIMM_FAMILIES[family]
     source = timm_vit(1, **options)
     weights = _save_timm(source, tmp_path / "timm", kind)
     headless = options.get("num_classes") == 0
-    model = keras_vit.from_weights(weights, **TINY, include_top=not headless)
+    model = keras_vit.from_weights(
+        weights, **TINY, include_top=not headless, **(arguments[0] if arguments else {})
+    )
     assert model.approximate_gelu == (options.get("act_layer") == "gelu_tanh")
     assert model.fc_norm == (type(source.fc_norm).__name__ != "Identity")  # timm's own choice
+    if source.cls_token is not None and source.global_pool == "avg":
+        assert model.classifier == "token_gap"
+    _close(_keras_outputs(model), torch_forward(source, X))
+
+
+def test_timm_bare_clip_file_from_its_shapes(tmp_path):
+    """A timm CLIP tower (vit_base_patch32_clip_224's kind, LayerNorm epsilon 1e-5)
+    saved as a bare state dict: its sizes from the shapes, the epsilon from the CLIP
+    shape (norm_pre, no patch-embedding bias), QuickGELU asked for; then timm's
+    logits."""
+    source = timm_family("vit_base_patch32_clip_224", 5)
+    weights = _save_timm(source, tmp_path / "timm", "file")
+    with pytest.raises(CheckpointError, match="does not say quick_gelu"):
+        keras_vit.from_weights(weights, num_heads=TINY["num_heads"])
+    model = keras_vit.from_weights(weights, num_heads=TINY["num_heads"], quick_gelu=False)
+    assert model.layer_norm_epsilon == 1e-5 and model.pre_norm
+    for key in ("hidden_size", "mlp_dim", "num_layers"):  # from the shapes
+        assert getattr(model, key) == TINY[key], key
+    assert tuple(model.patch_size) == (TINY["patch_size"],) * 2
+    assert tuple(model.image_size) == (TINY["image_size"],) * 2
     _close(_keras_outputs(model), torch_forward(source, X))
 
 
@@ -181,6 +221,7 @@ WRITTEN = {
     "gap + fc_norm": dict(classifier="gap", fc_norm=True, approximate_gelu=False),
     "gap, norm before pooling": dict(classifier="gap"),
     "token + fc_norm": dict(fc_norm=True),
+    "token_gap + fc_norm": dict(classifier="token_gap", fc_norm=True, approximate_gelu=False),
     "headless": dict(include_top=False),
 }
 
@@ -257,7 +298,6 @@ TIMM_REFUSED = {
     "position embeddings on register tokens": ("vit_tiny_patch16_224", dict(reg_tokens=2)),
     "qk_norm": ("vit_tiny_patch16_224", dict(qk_norm=True)),
     "attention pooling": ("vit_tiny_patch16_224", dict(global_pool="map")),  # beside a class token
-    "class token with average pooling": ("vit_tiny_patch16_224", dict(global_pool="avg")),
     "activation": ("vit_tiny_patch16_224", dict(act_layer="silu")),
     "gated MLP": ("vit_giant_patch14_dinov2", dict()),  # SwiGLU
     # timm's config.json leaves drop rates out unless given: a config that says it.

@@ -5,6 +5,8 @@ import collections
 
 import keras
 
+from keras_vit.applications_args import has_class_token
+
 
 def model_variables(model):
     """Maps the official (published, pre-Linen) checkpoint names to the model's
@@ -29,7 +31,7 @@ def model_variables(model):
     names["embedding/kernel"] = embedding.kernel
     if embedding.bias is not None:  # CLIP's patch embedding has none
         names["embedding/bias"] = embedding.bias
-    if model.classifier == "token":
+    if has_class_token(model.classifier):
         names["cls"] = model.get_layer("cls").cls
     encoder = model.get_layer("Transformer")
     if encoder.registers is not None:

@@ -13,7 +13,7 @@ import logging
 import keras
 import numpy as np
 
-from keras_vit.checkpoint import layout, source
+from keras_vit.checkpoint import layout, sizes, source
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.metadata import POSEMB, input_kernel
 from keras_vit.families import FAMILY_OPTIONS
@@ -110,6 +110,16 @@ def load(model, opened, posemb_resize=None):
                 recorded,
                 built,
             )
+    for key, why in (opened.metadata.get(sizes.UNDETERMINED) or {}).items():
+        logger.warning(
+            "%s: %s does not say %s (%s); the model's %s=%r is used.",
+            model.name,
+            opened.origin,
+            key,
+            why,
+            key,
+            getattr(model, key, None),
+        )
     return values
 
 

@@ -3,7 +3,8 @@
 A `Source`'s `metadata` (keras_vit.checkpoint.source) is a dict of what the file
 says, where it says it:
 
-    classifier           'token' (a class token) or 'gap'
+    classifier           'token' (a class token), 'gap', 'map' or 'token_gap'
+                         (a class token the mean pooling leaves out)
     channels             input channels of the kernel that sees the image
     representation_size  the pre_logits width, None for none
     num_classes          the head's width (absent for a headless model)

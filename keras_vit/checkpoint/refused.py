@@ -22,9 +22,6 @@ FEATURES = {
     "registers after the position embeddings, as DINOv2 with registers",
     "rotary position embeddings": "RoPE (EVA-02, DINOv3: rope keys, or an "
     "architecture of theirs); keras_vit adds learned absolute position embeddings",
-    "class token with average pooling": "a class token that the pooling skips "
-    "(global_pool='avg' with class_token=True, as MAE fine-tunes); keras_vit's "
-    "'gap' models have no class token and 'token' models pool it",
     "pooling": "max / avg-max / no pooling (global_pool other than 'token', 'avg' and "
     "'map'); keras_vit pools by class token, mean or MAP",
     "no final LayerNorm": "a model without a LayerNorm after the blocks "

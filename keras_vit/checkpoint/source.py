@@ -84,10 +84,12 @@ class Kind:
     open: Callable
 
 
-def architecture(patch_size, hidden_size, mlp_dim, num_heads, num_layers, resnet=None):
+def architecture(patch_size, hidden_size, mlp_dim, num_heads, num_layers, resnet=None, given=None):
     """What `open_source` needs to know of the model a checkpoint goes to: its
     sizes (a square patch as an int, as the variants list it) and, for hybrids,
-    the normalised `resnet` spec with its downsampling `stride`."""
+    the normalised `resnet` spec with its downsampling `stride`. `given`: the sizes
+    its caller gave (the others are defaults, which a file that records its own
+    sizes overrides: `keras_vit.from_weights`); None: all of them."""
     if not isinstance(patch_size, int) and patch_size[0] == patch_size[1]:
         patch_size = int(patch_size[0])
     arch = dict(
@@ -99,6 +101,8 @@ def architecture(patch_size, hidden_size, mlp_dim, num_heads, num_layers, resnet
     )
     if resnet is not None:
         arch.update(resnet=resnet, stride=resnet_stride(resnet))
+    if given is not None:
+        arch["given"] = tuple(given)
     return arch
 
 

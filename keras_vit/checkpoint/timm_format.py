@@ -30,14 +30,18 @@ The families' keys (DeiT III, DINOv2, SigLIP, CLIP):
                                                   query, key and value, out
     attn_pool.norm, .mlp.fc1, .mlp.fc2            MAPHead_0/LayerNorm_0, MlpBlock_0/Dense_0, _1
 
-What the state dict does not say comes from config.json, else from what timm's
-architecture of that name sets (`implicit_model_args`: CLIP's LayerNorm epsilon
-1e-5 and QuickGELU, the tanh GELU of the SigLIP 2-era towers, DeiT III's and
-DINOv2-with-registers' no_embed_class), else timm's defaults: the pooling
-('token' with a class token and no fc_norm; 'avg' without a class token; 'map'
-with attn_pool), the exact (erf) GELU of timm's nn.GELU (act_layer='gelu_tanh':
-the tanh form), LayerNorm epsilon 1e-6. What keras_vit does not compute is refused by
-name (`keras_vit.checkpoint.refused`).
+The sizes come from the shapes (the heads excepted). What the state dict does not
+say comes from config.json, else from what timm's architecture of that name sets
+(`implicit_model_args`: CLIP's LayerNorm epsilon 1e-5 and QuickGELU, the tanh GELU of
+the SigLIP 2-era towers, DeiT III's and DINOv2-with-registers' no_embed_class), else
+timm's defaults: the pooling ('token' with a class token and no fc_norm; 'avg'
+without a class token or with fc_norm, keras_vit's 'gap' and 'token_gap'; 'map' with
+attn_pool), the exact (erf) GELU of timm's nn.GELU (act_layer='gelu_tanh': the tanh
+form), LayerNorm epsilon 1e-6. A bare state dict (no config.json) takes from its
+shape only what every timm architecture of that shape sets (`_inferred_model_args`,
+`keras_vit.checkpoint.sizes.published_heads`); the rest is undetermined, for the
+caller to give (`keras_vit.checkpoint.sizes`). What keras_vit does not compute is
+refused by name (`keras_vit.checkpoint.refused`).
 """
 
 import os
@@ -45,7 +49,9 @@ import re
 
 import numpy as np
 
+from keras_vit.applications_args import has_class_token
 from keras_vit.checkpoint import layout, state_dict, torch_layout
+from keras_vit.checkpoint import sizes as sizes_lib
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.metadata import is_square
 from keras_vit.checkpoint.refused import refuse
@@ -186,8 +192,11 @@ def open_state(origin, state, config=None, arch=None):
         classifier, channels, representation_size, num_classes, image_size,
         grid_size, and the family's options `keras_vit.families`), read(model) ->
         {official name: array} for the model's heads, and the sizes
-        (patch_size, hidden_size, mlp_dim, num_heads, num_layers) where
-        config.json's model_args say the heads, else None.
+        (patch_size, hidden_size, mlp_dim, num_heads, num_layers) where the heads
+        are known (config.json's model_args, else `sizes.published_heads`), else
+        None. The metadata's 'sizes' holds them too (num_heads None where unknown),
+        and its 'undetermined' what neither the file nor every published model of
+        its shape says (`sizes.require_determined`).
     Raises:
         RefusedFeatureError: a feature keras_vit does not compute (named).
         CheckpointError: not a timm ViT (its first keys named), unknown keys,
@@ -202,12 +211,6 @@ def open_state(origin, state, config=None, arch=None):
     if "norm.weight" not in state and not fc_norm:
         refuse(origin, "no final LayerNorm", "neither 'norm' nor 'fc_norm'")
     pool = _global_pool(config, model_args, has_cls, fc_norm, attention_pool)
-    if pool == "avg" and has_cls:
-        refuse(
-            origin,
-            "class token with average pooling",
-            f"global_pool='avg' and 'cls_token'{_why_avg(config, model_args)}",
-        )
     if pool == "map" and (has_cls or not attention_pool):
         refuse(
             origin,
@@ -216,6 +219,9 @@ def open_state(origin, state, config=None, arch=None):
         )
     if pool not in ("token", "avg", "map"):
         refuse(origin, "pooling", f"global_pool={pool!r}")
+    undetermined = {}
+    if config is None:  # a bare state dict: what its shape says, where it says it
+        model_args, undetermined = _inferred_model_args(state, pool)
     act = model_args.get("act_layer")
     if act not in ACTIVATIONS:
         refuse(origin, "activation", f"act_layer={act!r}")
@@ -229,7 +235,10 @@ def open_state(origin, state, config=None, arch=None):
             "key 'reg_token'",  # beside a pos_embed with rows for the prefix tokens
         )
     grid, patch = _grid(state, model_args, has_cls, no_embed_class)
-    classifier = "token" if has_cls else ("map" if pool == "map" else "gap")
+    if has_cls:  # the class token, read (token) or left out of the mean (avg)
+        classifier = "token_gap" if pool == "avg" else "token"
+    else:
+        classifier = "map" if pool == "map" else "gap"
     meta = {
         "classifier": classifier,
         "channels": int(state["patch_embed.proj.weight"].shape[1]),
@@ -256,17 +265,38 @@ def open_state(origin, state, config=None, arch=None):
     if grid is not None:
         meta["grid_size"] = grid
         meta["image_size"] = (grid[0] * patch[0], grid[1] * patch[1])
-    sizes = None
-    if model_args.get("num_heads") is not None:
-        sizes = {
-            "patch_size": patch[0] if patch[0] == patch[1] else list(patch),
-            "hidden_size": int(state["patch_embed.proj.weight"].shape[0]),
-            "mlp_dim": int(state["blocks.0.mlp.fc1.weight"].shape[0]),
-            "num_heads": int(model_args["num_heads"]),
-            "num_layers": _num_blocks(state),
-        }
+    hidden = int(state["patch_embed.proj.weight"].shape[0])
+    heads = model_args.get("num_heads")
+    if heads is None:
+        heads = sizes_lib.published_heads(hidden, has_cls)
+    if heads is None:
+        undetermined["num_heads"] = (
+            f"its {hidden}-wide attention's heads are in no config.json beside it, and "
+            + (
+                f"no published timm ViT with a class token is {hidden} wide"
+                if has_cls
+                else "timm's ViTs without a class token of one width disagree (768: "
+                "SigLIP's 12 heads, vit_base_patch16_gap_224's 16)"
+            )
+        )
+    shown = {
+        "patch_size": patch[0] if patch[0] == patch[1] else list(patch),
+        "hidden_size": hidden,
+        "mlp_dim": int(state["blocks.0.mlp.fc1.weight"].shape[0]),
+        "num_heads": None if heads is None else int(heads),
+        "num_layers": _num_blocks(state),
+    }
+    meta["sizes"] = shown
+    if undetermined:  # no value stands for what the file does not say
+        meta = {k: v for k, v in meta.items() if k not in undetermined}
+        meta[sizes_lib.UNDETERMINED] = undetermined
+    sizes = shown if heads is not None else None
+    recorded_heads = model_args.get("num_heads")
 
     def read(model):
+        # The heads only where config.json says them: otherwise the model's (what its
+        # caller gave, or what every published model of the width has) split the file.
+        sizes_lib.check_fits(origin, {**shown, "num_heads": recorded_heads}, model)
         class_row = no_embed_class and getattr(model, "position_embedding_for_class_token", True)
         return to_params(state, model.num_heads, class_row)
 
@@ -475,7 +505,7 @@ def timm_config(model):
     height, width = to_pair(model.image_size)
     hidden, mlp_dim = int(model.hidden_size), int(model.mlp_dim)
     num_classes = int(model.num_classes) if model.include_top else 0
-    token = model.classifier == "token"
+    token = has_class_token(model.classifier)
     arch = {
         key: getattr(model, key)
         for key in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")
@@ -490,7 +520,9 @@ def timm_config(model):
         "num_heads": int(model.num_heads),
         "mlp_ratio": mlp_dim / hidden,
         "num_classes": num_classes,
-        "global_pool": {"token": "token", "gap": "avg", "map": "map"}[model.classifier],
+        "global_pool": {"token": "token", "gap": "avg", "map": "map", "token_gap": "avg"}[
+            model.classifier
+        ],
         "class_token": token,
         "fc_norm": bool(getattr(model, "fc_norm", False)),
         "act_layer": (
@@ -684,14 +716,6 @@ def _global_pool(config, model_args, has_cls, fc_norm, attention_pool):
     return "token"
 
 
-def _why_avg(config, model_args):
-    if any("global_pool" in source for source in (model_args, config or {})):
-        return ""
-    return (
-        "; with no config.json saying global_pool, 'fc_norm' means timm's default global_pool='avg'"
-    )
-
-
 def _check_sizes(origin, state, model_args, arch):
     """Sizes that config.json records against those of the model the file goes to."""
     if not arch:
@@ -702,10 +726,37 @@ def _check_sizes(origin, state, model_args, arch):
         "num_layers": model_args.get("depth"),
     }
     for key, value in recorded.items():
-        if value is not None and arch.get(key) is not None and int(value) != int(arch[key]):
+        expected = sizes_lib.given_size(arch, key)
+        if value is not None and expected is not None and int(value) != int(expected):
             raise CheckpointError(
-                f"{origin}: its config.json records {key} {value}, the model has {arch[key]}."
+                f"{origin}: its config.json records {key} {value}, the model has {expected}."
             )
+
+
+def _inferred_model_args(state, pool):
+    """For a bare state dict (no config.json): the model_args that every timm
+    architecture of its shape sets (timm 1.0's vision_transformer.py and deit.py),
+    and the arguments they disagree on (argument -> why). A CLIP tower's shape (a
+    norm_pre, no patch-embedding bias: every timm ViT with pre_norm=True has
+    LayerNorm epsilon 1e-5) leaves QuickGELU open; a model without a class token
+    leaves the GELU's form open (the SigLIP 2-era towers use the tanh form, SigLIP 1
+    and vit_*_gap_* the erf form). Every other timm ViT of keras_vit's keys uses
+    nn.GELU and epsilon 1e-6, timm's defaults."""
+    args, undetermined = {}, {}
+    if "norm_pre.weight" in state and "patch_embed.proj.bias" not in state:
+        args["layer_norm_epsilon"] = CLIP_LAYER_NORM_EPSILON
+        undetermined["quick_gelu"] = (
+            "a CLIP tower's shape (norm_pre, no patch-embedding bias) without config.json: "
+            "OpenAI's, MetaCLIP's and DFN's use QuickGELU (quick_gelu=True), LAION's the "
+            "GELU (quick_gelu=False)"
+        )
+    elif "cls_token" not in state:
+        undetermined["approximate_gelu"] = (
+            f"a model without a class token (global_pool {pool!r}) and without config.json: "
+            "timm's use the erf GELU (approximate_gelu=False: SigLIP 1, vit_*_gap_*) or the "
+            "tanh form (approximate_gelu=True: the SigLIP 2-era towers)"
+        )
+    return args, undetermined
 
 
 def _no_embed_class(state, model_args):

@@ -31,6 +31,7 @@ import os
 import re
 
 from keras_vit.checkpoint import layout, state_dict, torch_layout, transformers_families
+from keras_vit.checkpoint import sizes as sizes_lib
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.refused import refuse
 from keras_vit.families import FAMILY_DEFAULTS
@@ -183,14 +184,6 @@ def open_state(origin, state, config, arch=None):
     if "classifier.weight" in state:
         meta["num_classes"] = int(state["classifier.weight"].shape[0])
 
-    def read(model):
-        if int(model.num_heads) != num_heads:
-            raise CheckpointError(
-                f"{origin}: config.json has num_attention_heads {num_heads}, the model "
-                f"{model.num_heads}."
-            )
-        return to_params(state, num_heads)
-
     sizes = {
         "patch_size": patch[0] if patch[0] == patch[1] else list(patch),
         "hidden_size": int(config["hidden_size"]),
@@ -198,6 +191,11 @@ def open_state(origin, state, config, arch=None):
         "num_heads": num_heads,
         "num_layers": int(config["num_hidden_layers"]),
     }
+
+    def read(model):
+        sizes_lib.check_fits(origin, sizes, model)
+        return to_params(state, num_heads)
+
     return meta, read, sizes
 
 
@@ -475,10 +473,10 @@ def _check_sizes(origin, config, arch):
         ("num_hidden_layers", "num_layers"),
         ("intermediate_size", "mlp_dim"),
     ):
-        if key in config and arch.get(name) is not None and int(config[key]) != int(arch[name]):
+        expected = sizes_lib.given_size(arch, name)
+        if key in config and expected is not None and int(config[key]) != int(expected):
             raise CheckpointError(
-                f"{origin}: config.json has {key} {config[key]}, the model's {name} is "
-                f"{arch[name]}."
+                f"{origin}: config.json has {key} {config[key]}, the model's {name} is {expected}."
             )
 
 

@@ -1,0 +1,106 @@
+"""What a checkpoint's arrays tell of the model they fit, and what they cannot.
+
+A state dict's shapes give the patch size, the width, the MLP width and the depth;
+they do not give the number of heads (the attention's kernels are (D, D) whichever
+way D is split), nor the LayerNorm epsilon or the activation. Those come from the
+file's config where it has one; else they are inferred only where every published
+model of that shape agrees (`PUBLISHED_HEADS`, and the rules in
+`keras_vit.checkpoint.timm_format`, listed in docs/checkpoints.md); else the
+file's metadata names them as undetermined, and `keras_vit.from_weights` asks for
+them (`require_determined`) instead of building a model the source may not be.
+"""
+
+import dataclasses
+
+from keras_vit.checkpoint.errors import CheckpointError
+
+SIZE_KEYS = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")
+# The metadata key of the arguments a file cannot tell: argument -> why (a phrase).
+UNDETERMINED = "undetermined"
+# The heads of timm's ViTs with a class token (timm 1.0's vision_transformer.py and
+# deit.py: every architecture of that width with a class token has that many heads;
+# DeiT and AugReg Ti/S/B/L, DeiT III, DINOv2, CLIP, MAE, BEiT-style fine-tunes ...).
+# Without a class token widths disagree (768: 12 heads for SigLIP, 16 for
+# vit_base_patch16_gap_224), so none is inferred there.
+PUBLISHED_HEADS = {
+    192: 3,
+    256: 4,
+    384: 6,
+    512: 8,
+    640: 10,
+    768: 12,
+    896: 14,
+    1024: 16,
+    1152: 16,
+    1280: 16,
+    1408: 16,
+    1536: 24,
+    1664: 16,
+}
+
+
+def published_heads(hidden_size, class_token):
+    """The heads every published timm ViT of this width (with a class token) has, or
+    None where they disagree or none is published."""
+    return PUBLISHED_HEADS.get(int(hidden_size)) if class_token else None
+
+
+def given_size(arch, key):
+    """The size `key` of `arch` (`keras_vit.checkpoint.source.architecture`) where its
+    caller gave it (its 'given' keys; all of them where it has none), else None: what
+    a file's recorded sizes are checked against."""
+    if not arch or key not in arch.get("given", arch):
+        return None
+    return arch.get(key)
+
+
+def require_determined(origin, metadata, arguments):
+    """Raises CheckpointError (one line) for the first argument the file cannot tell
+    (`metadata[UNDETERMINED]`) that `arguments` (the caller's, None: not given) does
+    not give."""
+    for key, why in (metadata.get(UNDETERMINED) or {}).items():
+        if arguments.get(key) is None:
+            raise CheckpointError(f"{origin} does not say {key}: {why}; pass {key}=...")
+
+
+def determined(opened):
+    """`opened` (a `Source`) without its undetermined arguments, once its caller
+    has given them (`require_determined`): nothing left to warn of when it loads."""
+    if UNDETERMINED not in opened.metadata:
+        return opened
+    metadata = {k: v for k, v in opened.metadata.items() if k != UNDETERMINED}
+    return dataclasses.replace(opened, metadata=metadata)
+
+
+def check_fits(origin, sizes, model):
+    """Raises CheckpointError naming every size (`SIZE_KEYS`) of the file (`sizes`:
+    key -> value, None where the file does not say) that the built `model` does not
+    have, with the arguments that build one that fits."""
+    differ = {
+        key: value
+        for key, value in sizes.items()
+        if value is not None and _normal(getattr(model, key, None)) != _normal(value)
+    }
+    if not differ:
+        return
+    theirs = ", ".join(f"{key}={_shown(value)}" for key, value in differ.items())
+    ours = ", ".join(f"{key}={_shown(getattr(model, key, None))}" for key in differ)
+    flags = " ".join(
+        f"--config.model_overrides.{key}={_shown(value)}" for key, value in differ.items()
+    )
+    raise CheckpointError(
+        f"{origin} has {theirs}; the model '{model.name}' has {ours}: build it with the "
+        f"file's (keras_vit.from_weights reads them from it; a trainer config: {flags})."
+    )
+
+
+def _normal(value):
+    """A patch size as an int where square; other values as they are."""
+    if isinstance(value, (tuple, list)) and len(value) == 2 and value[0] == value[1]:
+        return int(value[0])
+    return value
+
+
+def _shown(value):
+    value = _normal(value)
+    return list(value) if isinstance(value, tuple) else value
