@@ -7,7 +7,10 @@ tf.distribute strategy. On CPU-only TensorFlow that is not the fastest choice, a
 the faster one depends on the CPU and on the compute dtype. `auto_jit_compile` is the
 rule `VisionTransformer` uses instead, a pure function of the facts it depends on;
 `resolve_auto_jit_compile(model)` gathers those facts for a model, and the mixin
-`AutoJitCompile` (a base of `VisionTransformer`) makes it what Keras' "auto" means.
+`AutoJitCompile` (a base of `VisionTransformer`) makes it what "auto" means, through
+public Keras API alone: its `compile` resolves `jit_compile="auto"` before Keras sees
+it, and the model sets its public `jit_compile` when it is made, which is what
+`predict` uses on a model never compiled.
 
 The measurements it comes from (docs/speed.md, "Which compilation `predict` and
 `fit` use"; ViT inference, images/s, XLA / no XLA):
@@ -66,16 +69,21 @@ TensorFlow's op determinism is on. Measured (TensorFlow 2.21, CPU):
   below float32 speed).
 - On one GPU XLA (Keras' own choice there); on several GPUs Keras' own choice, no XLA
   (not measured here); on TPUs XLA, which a TPU runs whatever is asked.
-- Keras compiles no XLA while op determinism is on (`model_supports_jit`).
+- Keras compiles no XLA while op determinism is on (its `jit_compile` setter refuses it).
 
 An explicit `jit_compile=True` where XLA cannot train is an error (`JitCompileError`);
 an explicit `False`, or `True` elsewhere, is kept.
 
-Stdlib and Keras only; never imports TensorFlow (Keras' own `model_supports_jit`,
-called by `supports_jit`, does under the TensorFlow backend, where it is loaded).
+Stdlib and Keras only, and TensorFlow's public `tf.distribute` where the backend is
+TensorFlow (loaded by Keras then); no private Keras API.
 """
 
+import inspect
+import warnings
+
 import keras
+
+from keras_vit.sublayers import sublayers
 
 # /proc/cpuinfo flags of the instructions that give TensorFlow's oneDNN kernels
 # hardware bfloat16 dot products: AMX tiles (Sapphire Rapids and later) and AVX-512
@@ -146,12 +154,31 @@ def has_accelerator():
 
 
 def supports_jit(model):
-    """Keras' own test of whether `model` can be XLA-compiled (every layer's
-    `supports_jit`, no TensorFlow op determinism, not TensorFlow on a Mac GPU).
-    Keras has no public name for it."""
-    from keras.src.trainers.trainer import model_supports_jit
+    """Whether every layer of `model` supports XLA: their public `supports_jit`
+    (False on Keras' string lookups, random image transforms, cuDNN recurrences), the
+    model's own and those of its layers at any depth (`keras_vit.sublayers`).
 
-    return model_supports_jit(model)
+    Keras' own test (private) also refuses XLA while TensorFlow's op determinism is on,
+    which TensorFlow has no public function to read, and on a Mac GPU, where the rule
+    defers to Keras anyway. Keras applies that test whenever `jit_compile` is set to
+    True, falling back to False; `AutoJitCompile` leaves op determinism to it."""
+    return all(layer.supports_jit for layer in [model, *sublayers(model)])
+
+
+def under_strategy(model):
+    """Whether `model` runs under a tf.distribute strategy: the one it was made under
+    (TensorFlow's public `Model.distribute_strategy`), or one whose scope is open now.
+    Always False on other backends."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    if tf.distribute.has_strategy():
+        return True
+    # Outside every scope `get_strategy()` is the default strategy, which is what
+    # `distribute_strategy` gives for a model made outside every scope.
+    default = tf.distribute.get_strategy()
+    return getattr(model, "distribute_strategy", default) is not default
 
 
 def auto_jit_compile_here(compute_dtype, distributed=False):
@@ -170,33 +197,55 @@ def auto_jit_compile_here(compute_dtype, distributed=False):
 def resolve_auto_jit_compile(model):
     """`auto_jit_compile` for `model` on this machine: True/False, or None where
     Keras' own choice stands. True only where the model supports XLA."""
-    choice = auto_jit_compile_here(
-        compute_dtype(model),
-        distributed=getattr(model, "_distribute_strategy", None) is not None,
-    )
+    choice = auto_jit_compile_here(compute_dtype(model), distributed=under_strategy(model))
     if choice:
         return supports_jit(model)
     return choice
 
 
+# Keras' warning when `jit_compile=True` meets a model it cannot XLA-compile (op
+# determinism): expected where True is the rule's answer, which Keras' "auto" gives silently.
+_REFUSED_JIT = r"Model doesn't support `jit_compile=True`"
+
+
 class AutoJitCompile:
     """A mixin of `keras.Model` (before it among the bases) that gives "auto" the
-    meaning of `resolve_auto_jit_compile`: `VisionTransformer`'s default compilation."""
+    meaning of `resolve_auto_jit_compile`: `VisionTransformer`'s default compilation.
 
-    def _resolve_auto_jit_compile(self):
-        """What `jit_compile="auto"` (the default of `compile`, so of `fit`; and what
-        `predict` uses on a model never compiled) means: the rule of
-        `keras_vit.compilation`, from the backend, the compute dtype and the CPU
-        (docs/speed.md); Keras' own choice where that rule defers to it (a GPU/TPU
-        with TensorFlow, a tf.distribute strategy). An explicit `jit_compile` always
-        wins (Keras may still call this while setting it, and drops the answer).
+    Two public routes: `compile(jit_compile="auto")` (its default, so `fit`'s) passes
+    Keras the rule's True/False; and the model, once made, sets its `jit_compile` to the
+    rule's answer, which `predict` uses until `compile` is called.
+    Where the rule defers to Keras (a GPU/TPU with TensorFlow, a tf.distribute strategy,
+    torch) Keras' "auto" stands. An explicit `jit_compile` always wins.
 
-        A private Keras hook, overridden because it is the only one: Keras calls it
-        both from `compile(jit_compile="auto")` and when the `jit_compile` property
-        is first read (`predict` on an uncompiled model); no public argument
-        changes what "auto" means."""
+    The answer for a model never compiled is fixed when the model is made (Keras' own
+    resolves at the first `predict`): a layer's `supports_jit` changed afterwards is
+    seen at the next `compile`, and op determinism turned on afterwards by Keras, which
+    then refuses XLA when `compile` sets it (module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         choice = resolve_auto_jit_compile(self)
-        return super()._resolve_auto_jit_compile() if choice is None else choice
+        if choice is not None:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_REFUSED_JIT)
+                self.jit_compile = choice
+
+    def compile(self, *args, **kwargs):
+        """`keras.Model.compile`, with `jit_compile="auto"` (the default) resolved by
+        `resolve_auto_jit_compile` where that rule answers (module docstring)."""
+        bound = inspect.signature(super().compile).bind(*args, **kwargs)
+        arguments = bound.arguments
+        auto = arguments.get("jit_compile", "auto") == "auto"
+        choice = None
+        if auto and not arguments.get("run_eagerly", False):
+            choice = resolve_auto_jit_compile(self)
+        if choice is None:
+            return super().compile(*args, **kwargs)
+        arguments["jit_compile"] = choice
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_REFUSED_JIT)
+            return super().compile(*bound.args, **bound.kwargs)
 
 
 # --- training -------------------------------------------------------------------------

@@ -149,7 +149,9 @@ class ModelViews:
         subclassed model's own call leaves its blocks without nodes."""
         encoder = self.get_layer("Transformer")
         for block in encoder.blocks:
-            if not block._inbound_nodes:  # (Keras' record of a layer's symbolic calls)
+            # A layer's public `output` is that of its first symbolic call; Keras raises
+            # AttributeError for a layer never called.
+            if not hasattr(block, "output"):
                 block(keras.Input((None, self.hidden_size)), return_attention_weights=True)
         return encoder
 

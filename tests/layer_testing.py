@@ -35,6 +35,8 @@ import tempfile
 import keras
 import numpy as np
 
+from keras_vit.sublayers import sublayers
+
 POLICIES = ("float32", "mixed_bfloat16")
 
 
@@ -190,7 +192,7 @@ def _check_policy(layer_cls, init_kwargs, input_data, call_kwargs, policy_name, 
         dtype = keras.backend.standardize_dtype(weight.dtype)
         if _is_float(dtype):
             assert dtype == policy.variable_dtype, f"{what}: weight {weight.path} is {dtype}"
-    for sublayer in layer._flatten_layers():
+    for sublayer in [layer, *sublayers(layer)]:
         assert sublayer.dtype_policy.name == policy_name, (
             f"{what}: sub-layer {sublayer.name} has the policy {sublayer.dtype_policy.name!r}"
         )

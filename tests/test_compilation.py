@@ -7,6 +7,8 @@ among many others: avx2 fma avx512f avx512_bf16 avx512_vnni avx512_fp16 avx_vnni
 amx_tile amx_int8; the project's AMD EPYC (Zen 3) has avx2 and fma but no avx512* or amx*.
 """
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -112,11 +114,13 @@ def machine(monkeypatch):
 def test_predict_on_an_uncompiled_model_uses_the_rule(machine):
     machine(SAPPHIRE_RAPIDS)
     model = VisionTransformer(**TINY, num_classes=2, dtype="mixed_bfloat16")
+    # Set when the model is made: `jit_compile` is what Keras' predict compiles with.
+    assert model.jit_compile is (not TF)  # TensorFlow: no XLA; JAX: always XLA
     images = np.random.default_rng(0).uniform(-1, 1, (2, 8, 8, 3)).astype("float32")
     assert model.predict(images, verbose=0).shape == (2, 2)
-    # `_jit_compile` is what predict resolved and compiled with (the property would
-    # resolve it afresh if predict had not).
-    assert model._jit_compile is (not TF)  # TensorFlow: no XLA; JAX: always XLA
+    assert model.jit_compile is (not TF)
+    machine(ZEN3)  # no bf16 hardware: XLA on both backends
+    assert VisionTransformer(**TINY, num_classes=2, dtype="mixed_bfloat16").jit_compile is True
 
 
 @RULE_APPLIES
@@ -162,12 +166,40 @@ def test_no_xla_where_the_model_does_not_support_it(machine):
     assert model.jit_compile is False
 
 
+@pytest.mark.parametrize("path", [("head",), ("Transformer", "blocks", 0, "mlp")])
+def test_a_layer_without_xla_at_any_depth_turns_it_off_silently(machine, path):
+    machine(ZEN3)
+    model = VisionTransformer(**TINY, num_classes=2)
+    layer = model.get_layer(path[0])
+    for step in path[1:]:
+        layer = layer[step] if isinstance(step, int) else getattr(layer, step)
+    layer.supports_jit = False
+    assert compilation.supports_jit(model) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Keras' "doesn't support jit_compile=True" not reached
+        model.compile(loss="mse")
+    assert model.jit_compile is False
+
+
+@RULE_APPLIES
+def test_compile_resolves_auto_with_positional_arguments_and_not_when_eager(machine):
+    machine(ZEN3)  # the rule: XLA
+    model = VisionTransformer(**TINY, num_classes=2)
+    model.compile("sgd", "mse")
+    assert model.jit_compile is True
+    model.compile("sgd", "mse", run_eagerly=True)  # Keras: no XLA when eager
+    assert model.jit_compile is False and model.run_eagerly is True
+
+
 def test_with_an_accelerator_keras_decides(machine):
     machine(ZEN3, accelerator=True)
     model = VisionTransformer(**TINY, num_classes=2)
     model.compile(loss="mse")
-    # Keras' own answer: False on CPU-only TensorFlow (its device check), True under JAX.
-    assert model.jit_compile is keras.Model._resolve_auto_jit_compile(model)
+    # Keras' own answer, that of a plain functional model of the same layers: False on
+    # CPU-only TensorFlow (its device check), True under JAX.
+    plain = keras.Model(model.inputs, model.outputs)
+    plain.compile(loss="mse")
+    assert model.jit_compile is plain.jit_compile
 
 
 @pytest.mark.skipif(not TF, reason="tf.distribute strategies are TensorFlow's")
@@ -178,8 +210,10 @@ def test_under_a_tf_distribute_strategy_keras_decides(machine):
     with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
         model = VisionTransformer(**TINY, num_classes=2)
         model.compile(loss="mse")
+    assert compilation.under_strategy(model) is True  # outside its scope too
     assert compilation.resolve_auto_jit_compile(model) is None
     assert model.jit_compile is False  # Keras: no XLA under tf.distribute
+    assert compilation.under_strategy(VisionTransformer(**TINY)) is False
 
 
 # --- training: `training_jit_compile`, the rule the trainers apply to config.jit_compile ---

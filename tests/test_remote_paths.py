@@ -13,6 +13,7 @@ fail, naming the call: Python's own opens, mkdir, listdir, remove, rename, ...
 call the guard sees is one that would break on gs://."""
 
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -157,10 +158,9 @@ def ram_overwrites_replace(monkeypatch):
             gfile.remove(dst)
         return original_copy(src, dst, overwrite)
 
-    from keras.src.utils.module_utils import gfile as keras_gfile
-
-    keras_gfile.initialize()  # Keras' own import of tf.io.gfile: another module object
-    for module in (gfile, keras_gfile.module):
+    # Keras imports the module by its name (importlib), which may give another object.
+    keras_gfile = importlib.import_module("tensorflow.io.gfile")
+    for module in {id(gfile): gfile, id(keras_gfile): keras_gfile}.values():
         monkeypatch.setattr(module, "GFile", GFile)
         monkeypatch.setattr(module, "copy", copy)
     yield
@@ -172,13 +172,17 @@ def test_ram_overwrites_replace_like_gs(monkeypatch):
             with tf.io.gfile.GFile("ram://o/a.txt", "w") as f:
                 f.write(text)
         assert tf.io.gfile.GFile("ram://o/a.txt").read() == "short"
-        from keras.src.utils import file_utils  # Keras' remote-path handling uses it too
-
-        file_utils.copy("ram://o/a.txt", "ram://o/b.txt")
-        with file_utils.File("ram://o/c.txt", "w") as f:
-            f.write("a longer text")
-        file_utils.copy("ram://o/b.txt", "ram://o/c.txt")
-        assert tf.io.gfile.GFile("ram://o/c.txt").read() == "short"
+        # Keras' own remote-path saving too: a .keras file (written whole to the path) and
+        # a .weights.h5 file (written locally, then copied), each a small model's over a
+        # larger one's, end as long as the small model's written afresh.
+        large, small = (
+            keras.Sequential([keras.Input((8,)), keras.layers.Dense(n)]) for n in (64, 1)
+        )
+        for name, save in (("m.keras", "save"), ("m.weights.h5", "save_weights")):
+            for model, path in ((small, "ram://fresh"), (large, "ram://o"), (small, "ram://o")):
+                getattr(model, save)(f"{path}/{name}")
+            length = tf.io.gfile.stat(f"ram://o/{name}").length
+            assert length == tf.io.gfile.stat(f"ram://fresh/{name}").length, name
 
 
 def test_the_guard_catches_local_calls_on_ram_paths(monkeypatch):
