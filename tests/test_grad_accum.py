@@ -1,12 +1,13 @@
-"""Gradient accumulation (config.grad_accum_steps, trainers/keras_workarounds.py): an
-update from N micro-batches equals the update from one batch of them."""
+"""Gradient accumulation (config.grad_accum_steps, trainers/loop.py): an update from N
+micro-batches equals the update from one batch of them."""
 
 import keras
 import ml_collections
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from keras_vit_trainers import keras_workarounds, optimizers, schedules
+from keras_vit_trainers import loop, optimizers, schedules
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
@@ -24,16 +25,20 @@ def _train(accum, x, y, ema=0.5):
     config = ml_collections.ConfigDict(
         dict(optimizer="sgd", momentum=0.9, weight_decay=0.0, grad_clip_norm=0.05, ema_momentum=ema)
     )
-    model.compile(
-        optimizer=optimizers.make_optimizer(config, lr),
-        jit_compile=False,
-        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
-        metrics=["categorical_accuracy"],
+    optimizer = optimizers.make_optimizer(config, lr)
+    loss = keras.losses.CategoricalCrossentropy(from_logits=True)
+    accuracy = {"accuracy": keras.metrics.categorical_accuracy}
+    strategy = tf.distribute.get_strategy()
+    step = loop.TrainStep(
+        model, optimizer, loss, accuracy, strategy, accum=accum, clip_norm=config.grad_clip_norm
     )
-    keras_workarounds.accumulate_gradients(model, accum)
-    # fit ends with optimizer.finalize_variable_values: with EMA, the weights are the EMA's.
-    history = model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-    return model, [np.array(w) for w in model.get_weights()], history.history
+    step.build()
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    step.run(iter(data), STEPS)
+    logs = step.read_sums()
+    if ema:  # the trainer ends with the EMA's weights
+        optimizer.finalize_variable_values(model.trainable_variables)
+    return model, [np.array(w) for w in model.get_weights()], logs
 
 
 def test_accumulated_micro_batches_equal_one_big_batch():
@@ -45,7 +50,7 @@ def test_accumulated_micro_batches_equal_one_big_batch():
     _, big_weights, _ = _train(1, x, y, ema=0.0)
     _, accum_weights, _ = _train(ACCUM, x, y, ema=0.0)
     # One optimizer step per batch: the schedule and the EMA saw the same steps.
-    assert int(big.optimizer.iterations) == int(accum.optimizer.iterations) == STEPS
+    assert big_logs["updates"] == accum_logs["updates"] == STEPS
     # Clipping at 0.05 is active (the raw gradient norm is ~1): clipped per micro-batch,
     # the weights would differ by O(lr * 0.05) = 1e-2. The mean of 4 float32 micro-batch
     # gradients differs from the big batch's by a few roundings (~1e-7 relative), carried
@@ -57,14 +62,17 @@ def test_accumulated_micro_batches_equal_one_big_batch():
     assert max(np.abs(a - b).max() for a, b in zip(big_ema, big_weights)) > 1e-3  # EMA on
     # The logged loss and accuracy are means over all examples either way.
     np.testing.assert_allclose(accum_logs["loss"], big_logs["loss"], rtol=1e-5)
-    np.testing.assert_allclose(
-        accum_logs["categorical_accuracy"], big_logs["categorical_accuracy"], rtol=1e-6
-    )
+    np.testing.assert_allclose(accum_logs["accuracy"], big_logs["accuracy"], rtol=1e-6)
+    assert accum_logs["updates"] == big_logs["updates"] == STEPS
 
 
 def test_batch_not_divisible_is_refused():
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse", jit_compile=False)
-    keras_workarounds.accumulate_gradients(model, 3)
-    with pytest.raises(Exception, match="grad_accum_steps=3 must divide"):
-        model.fit(np.zeros((4, 2)), np.zeros((4, 1)), batch_size=4, verbose=0)
+    strategy = tf.distribute.get_strategy()
+    step = loop.TrainStep(
+        model, keras.optimizers.SGD(), keras.losses.MeanSquaredError(), {}, strategy, accum=3
+    )
+    step.build()
+    data = tf.data.Dataset.from_tensors((np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32")))
+    with pytest.raises(ValueError, match="grad_accum_steps=3 must divide"):
+        step.run(iter(data.repeat()), 1)

@@ -1,7 +1,7 @@
-"""train_lib: the step plan (checkpoint interval, steps trained, resumes under another
-plan) and what it reads of the optimizer."""
+"""train_lib: the step plan (sizes, the step resumed at, resumes under another global
+batch or schedule, checkpoints of the release before) and what it reads of the
+optimizer."""
 
-import json
 import os
 import types
 
@@ -21,27 +21,11 @@ def _config(**keys):
     return ml_collections.ConfigDict(values)
 
 
-@pytest.mark.parametrize(
-    "total, every, spe",
-    [(4500, 500, 1), (4500, 1000, 1), (311_945, 1000, 100), (280_004, 1000, 1), (7, 500, 1)],
-)
-def test_the_interval_divides_the_steps_trained_in_multiples_of_steps_per_execution(
-    total, every, spe
-):
-    interval, trained = train_lib._checkpoint_interval(total, every, spe)
-    assert trained % interval == 0 and interval % spe == 0
-    assert min(every, total) // 2 <= interval <= min(every, total)
-    assert abs(trained - total) <= interval // 2
-
-
-def test_a_divisor_near_the_interval_keeps_the_steps_and_none_rounds_them():
-    assert train_lib._checkpoint_interval(4500, 500, 1) == (500, 4500)
-    assert train_lib._checkpoint_interval(4500, 1000, 1) == (900, 4500)
-    # configs/vit_b16_i21k.py: 90 epochs of 12,743,321 images at batch 4096 are 280,004
-    # steps, which no multiple of steps_per_execution=100 divides.
-    assert train_lib._checkpoint_interval(280_004, 1000, 100) == (1000, 280_000)
+def test_sizes_that_do_not_fit_are_refused(tmp_path):
     with pytest.raises(train_lib.PlanError, match="must all be at least 1"):
-        train_lib._checkpoint_interval(100, 0, 1)
+        train_lib.plan(_config(checkpoint_every=0), ONE_REPLICA, str(tmp_path))
+    with pytest.raises(train_lib.PlanError, match="divisible by the 1 replicas x grad_accum"):
+        train_lib.plan(_config(batch_size=8, grad_accum_steps=3), ONE_REPLICA, str(tmp_path))
 
 
 def test_every_shipped_recipe_has_a_plan(tmp_path):
@@ -61,16 +45,19 @@ def test_every_shipped_recipe_has_a_plan(tmp_path):
             directory = str(tmp_path / f"{module_info.name}_{mode}")
             os.makedirs(directory)
             sizes = train_lib.plan(config, ONE_REPLICA, directory)
-            assert sizes.total_steps % sizes.every == 0, (module_info.name, mode)
-            assert abs(sizes.total_steps - config.total_steps) <= sizes.every // 2
+            # the steps of the recipe, whatever its checkpoint interval
+            assert sizes.total_steps == config.total_steps, (module_info.name, mode)
             planned.append(module_info.name)
     assert {"vit_b16_i21k", "augreg_i21k", "fashion_mnist"} <= set(planned)
 
 
-def _checkpointed(directory, epoch):
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "training_metadata.json"), "w") as f:
-        json.dump({"epoch": epoch}, f)
+def _checkpointed(directory, step):
+    """A checkpoint of `step` in `directory`, as CheckpointManager writes it."""
+    import tensorflow as tf
+
+    state = tf.train.Checkpoint(v=tf.Variable(1.0))
+    manager = tf.train.CheckpointManager(state, directory, None, checkpoint_name="ckpt")
+    manager.save(checkpoint_number=step)
 
 
 def test_a_resume_under_the_same_plan_continues_and_under_another_is_refused(tmp_path):
@@ -81,24 +68,37 @@ def test_a_resume_under_the_same_plan_continues_and_under_another_is_refused(tmp
     # Stopped before its first checkpoint: nothing to resume, so another plan may start.
     assert train_lib.plan(_config(total_steps=80), ONE_REPLICA, directory).total_steps == 80
     assert train_lib.plan(_config(), ONE_REPLICA, directory).start_step == 0
-    _checkpointed(directory, 3)
+    _checkpointed(directory, 20)
+    _checkpointed(directory, 30)
     assert train_lib.plan(_config(), ONE_REPLICA, directory).start_step == 30
+    # The checkpoint interval, steps per call, micro-batches and replicas may change.
+    sizes = train_lib.plan(
+        _config(checkpoint_every=20, steps_per_execution=5, grad_accum_steps=2),
+        types.SimpleNamespace(num_replicas_in_sync=4),
+        directory,
+    )
+    assert (sizes.start_step, sizes.every, sizes.steps_per_execution) == (30, 20, 5)
+    assert train_lib.plan(_config(resume_step=20), ONE_REPLICA, directory).start_step == 20
+    with pytest.raises(train_lib.PlanError, match=r"resume_step=25: .* \(it has: 30, 20\)"):
+        train_lib.plan(_config(resume_step=25), ONE_REPLICA, directory)
     for changed, named in (
         (dict(total_steps=80), "total_steps 60 -> 80"),
-        (dict(checkpoint_every=20), "every 10 -> 20"),
         (dict(batch_size=16), "batch 8 -> 16"),
     ):
-        with pytest.raises(train_lib.PlanError, match=named):
+        with pytest.raises(train_lib.PlanError, match=named) as e:
             train_lib.plan(_config(**changed), ONE_REPLICA, directory)
+        assert "\n" not in str(e.value)
 
 
-def test_unreadable_checkpoint_metadata_is_named(tmp_path):
+@pytest.mark.parametrize("old", ["training_metadata.json", "latest.weights.h5", "../workers"])
+def test_checkpoints_of_the_release_before_are_refused_in_one_line(tmp_path, old):
     directory = str(tmp_path / "checkpoints")
     os.makedirs(directory)
-    with open(os.path.join(directory, "training_metadata.json"), "w") as f:
-        f.write('{"epoch"')  # cut short by a crash
-    with pytest.raises(train_lib.PlanError, match="training_metadata.json: not the checkpoint"):
+    path = os.path.normpath(os.path.join(directory, old))
+    os.makedirs(path) if old.startswith("..") else open(path, "w").close()
+    with pytest.raises(train_lib.PlanError, match="earlier keras_vit release") as e:
         train_lib.plan(_config(), ONE_REPLICA, directory)
+    assert "\n" not in str(e.value) and os.path.basename(path) in str(e.value)
 
 
 def test_ema_is_seen_through_the_loss_scale_wrapper():

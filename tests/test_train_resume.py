@@ -1,5 +1,7 @@
 """kill -9 in the middle of a run, rerun the same command: it resumes at the
-checkpointed step and ends with the weights of an uninterrupted run."""
+checkpointed step and ends with the weights of an uninterrupted run, with the
+regularisers real pre-training uses on (dropout, attention dropout, stochastic depth,
+RandAugment, Mixup: their random generators are in the checkpoint)."""
 
 import re
 
@@ -27,12 +29,22 @@ def data(tmp_path_factory):
     return str(d)
 
 
-def test_kill_9_then_resume_equals_uninterrupted(data, tmp_path):
+REGULARISED = [
+    "--config.model.dropout_rate=0.1",
+    "--config.model.attention_dropout_rate=0.1",
+    "--config.model.stochastic_depth_rate=0.1",
+    "--config.input.randaug=randaug(2,10)",
+    "--config.input.mixup=0.2",
+]
+
+
+@pytest.mark.parametrize("regularisers", [(), REGULARISED], ids=["plain", "regularised"])
+def test_kill_9_then_resume_equals_uninterrupted(data, tmp_path, regularisers):
     ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
-    ref = testing.run(testing.trainer_cmd("pretrain", data, ref_dir, *STEPS))
+    ref = testing.run(testing.trainer_cmd("pretrain", data, ref_dir, *STEPS, *regularisers))
     assert ref.returncode == 0, ref.stderr[-3000:]
 
-    cmd = testing.trainer_cmd("pretrain", data, run_dir, *STEPS)
+    cmd = testing.trainer_cmd("pretrain", data, run_dir, *STEPS, *regularisers)
     testing.kill_after_first_checkpoint(cmd, run_dir)  # SIGKILL: no final checkpoint
 
     resumed = testing.run(cmd)

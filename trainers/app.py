@@ -1,5 +1,7 @@
 """Command line shared by trainers/pretrain.py and trainers/finetune.py."""
 
+import functools
+import importlib
 import logging
 import os
 import sys
@@ -7,13 +9,15 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+import keras_vit_configs
 from keras_vit_cli import console
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
     "config",
     None,
-    "An ml_collections config file (configs/*.py); override keys with --config.KEY=VALUE.",
+    "A recipe: an installed one's name (fashion_mnist, families:dinov2) or a config "
+    "file's path (configs/fashion_mnist.py); override keys with --config.KEY=VALUE.",
     lock_config=False,
 )
 flags.DEFINE_string(
@@ -58,18 +62,39 @@ def _config_flags(argv):
     return config_file, keys
 
 
-def _parse_flags(argv):
-    """absl's flag parser; a --config.KEY the config has no place for (an unknown key, a
-    key of a dict model given to a builder name) exits with code 2 and one line naming it,
-    where ml_collections raises from inside the parser (with the config file loaded, and
-    before it keeps it)."""
-    config_file, _ = _config_flags(argv)
-    if config_file is not None and not os.path.isfile(config_file.split(":")[0]):
-        _fail(
-            f"--config={config_file}: no such file (give a config file, e.g. "
-            "--config=configs/fashion_mnist.py)",
-            2,
-        )
+def _find_config(argv):
+    """`argv` with its --config value resolved to the config file it names
+    (keras_vit_configs.find: a path, or an installed recipe's name); one that names
+    neither exits with code 2 and one line listing the names."""
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        value = None
+        if arg.startswith("--config="):
+            value = arg[len("--config=") :]
+        elif arg == "--config" and i + 1 < len(argv):
+            i, value = i + 1, argv[i + 1]
+        if value is not None:
+            try:
+                found = keras_vit_configs.find(value)
+            except keras_vit_configs.ConfigNotFound as e:
+                _fail(e, 2)
+            argv[i] = found if arg == "--config" else f"--config={found}"
+    return argv
+
+
+def _parse_flags(argv, mode="pretrain"):
+    """absl's flag parser, after `--help` (the program's usage, exit 0) and the --config
+    value resolved (`_find_config`); a --config.KEY the config has no place for (an
+    unknown key, a key of a dict model given to a builder name) exits with code 2 and one
+    line naming it, where ml_collections raises from inside the parser (with the config
+    file loaded, and before it keeps it)."""
+    console.exit_with_help(
+        argv,
+        importlib.import_module(f"keras_vit_trainers.{mode}").__doc__,
+        [__name__],
+    )
+    argv = _find_config(argv)
+    sys.argv[:] = argv  # what _config reads back for its error line
     try:
         return app.parse_flags_with_usage(argv)
     except (AttributeError, KeyError, TypeError):
@@ -156,7 +181,7 @@ def main(mode):
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
         if _config() is None:
-            raise app.UsageError("--config is required (e.g. --config=configs/fashion_mnist.py)")
+            raise app.UsageError("--config is required (e.g. --config=fashion_mnist)")
         if mode == "finetune" and not FLAGS.init:
             raise app.UsageError(
                 "--init is required: an official .npz, a keras_vit registry "
@@ -180,6 +205,8 @@ def main(mode):
                 FLAGS.config, mode, config_flags.get_override_values(FLAGS["config"])
             )
             config_checks.check_values(config)  # before anything is made or written
+            if not FLAGS.init:  # the sizes are the config's (an --init file may set them)
+                config_checks.check_shapes(config)
         except (ValueError, TypeError, KeyError) as e:
             _fail(e, 2)
         _check_init(FLAGS.init)
@@ -236,4 +263,4 @@ def main(mode):
         )
     else:
         flags.DEFINE_string("init", None, "Optional weights to start pre-training from.")
-    app.run(_main, flags_parser=_parse_flags)
+    app.run(_main, flags_parser=functools.partial(_parse_flags, mode=mode))

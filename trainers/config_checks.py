@@ -9,6 +9,9 @@ where there is one, so that the check and the run cannot disagree:
                 name too, to another value (train_config.resolve folds it otherwise)
   model         config.model a keras_vit builder name or a dict, and model_overrides,
                 bound to `VisionTransformer`'s signature (the model is not built)
+  shapes        the sizes the layers would refuse (`check_shapes`: heads dividing the
+                hidden size, the patch the image or the hybrid's feature map,
+                registers, ResNet stages), by the model's and layers' own rules
   objective     `objectives.get` and the objective's `loss`; masked_patch: its options and
                 `keras_vit.masked_patch.num_target_classes`
   schedule      `schedules.WarmupDecay` on the steps the plan trains
@@ -30,13 +33,16 @@ import contextlib
 import importlib
 import inspect
 import logging
+import math
 import re
 
 import keras
 import tensorflow as tf
 
-from keras_vit import builders, compilation
+from keras_vit import applications_args, builders, compilation, variants, views
 from keras_vit import masked_patch as masked_patch_lib
+from keras_vit.layers import attention, resnet
+from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.vision_transformer import VisionTransformer
 from keras_vit_trainers import (
     evaluators,
@@ -118,6 +124,79 @@ def check_model(config):
     except TypeError as e:
         raise ConfigError(
             f"--config.model / --config.model_overrides: VisionTransformer {e}"
+        ) from None
+
+
+def _builder_arguments(variant):
+    """The VisionTransformer arguments the keras_vit builder `variant` passes (its
+    sizes, and a family's options); {} for None (VisionTransformer's defaults)."""
+    if variant in builders.FAMILY_VARIANTS:
+        sizes, options = builders.FAMILY_VARIANTS[variant]
+        return {**sizes, **options}
+    return dict({**variants.VARIANTS, **variants.HYBRID_VARIANTS}.get(variant, {}))
+
+
+def _flag(config, key):
+    """Where the model's `key` comes from, as the flag that sets it: model_overrides,
+    a dict model's key, the builder's size or VisionTransformer's default."""
+    if config.model_overrides.get(key) is not None:
+        return f"--config.model_overrides.{key}"
+    spec = config.model.to_dict() if hasattr(config.model, "to_dict") else config.model
+    if isinstance(spec, dict) and key in spec:
+        return f"--config.model.{key}"
+    variant = spec.get("variant") if isinstance(spec, dict) else spec
+    where = f"the {variant} builder's" if variant else "VisionTransformer's default"
+    return f"{key} ({where}; --config.model_overrides.{key} sets it)"
+
+
+def _divisors(n):
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def check_shapes(config):
+    """The model's sizes as its layers will take them, before anything is built or
+    written: the model's own argument checks (`VisionTransformer.given_arguments`,
+    `applications_args.with_defaults`: registers, the hybrid's ResNet stages), then the
+    layers' size rules: heads dividing the hidden size (`attention.check_heads`, the
+    encoder's and a MAP head's), the patch dividing the image (`PatchEmbedding.grid_size`)
+    or a hybrid's ResNet feature map (`views.token_grid_of`). A ConfigError naming the
+    flags and the fix otherwise. The sizes of a model whose --init file decides them are
+    not the config's: trainers/app.py checks a run without --init."""
+    variant, arguments = _model_arguments(config)
+    given = {**_builder_arguments(variant), **arguments, "image_size": config.image_size}
+    given.pop("weights", None)
+    try:
+        a = applications_args.with_defaults(VisionTransformer.given_arguments(**given))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"--config.model / --config.model_overrides: {e}") from None
+    hidden, heads = a["hidden_size"], a["num_heads"]
+    try:
+        attention.check_heads(hidden, heads)
+    except ValueError as e:
+        raise ConfigError(
+            f"{_flag(config, 'hidden_size')}={hidden} and {_flag(config, 'num_heads')}="
+            f"{heads}: {str(e).rstrip('.')} (give a num_heads that divides {hidden}: "
+            f"{_divisors(hidden)})"
+        ) from None
+    image, patch = a["image_size"], a["patch_size"]
+    patch_embedding = PatchEmbedding(patch, hidden)
+    stages = resnet.resnet_layers(a["resnet"]) if a["resnet"] is not None else []
+    try:
+        views.token_grid_of(stages, patch_embedding, image)
+    except ValueError as e:
+        message = (str(e).split(": ", 1)[-1] if not stages else str(e)).rstrip(".")
+        side = image[0] if image[0] == image[1] else f"{image[0]} and {image[1]}"
+        fix = (
+            f"give a patch_size that divides {side} ({_divisors(math.gcd(*image))}) or "
+            "another --config.image_size"
+            if not stages
+            else "give a patch_size that divides the feature map's side, or another "
+            "--config.image_size"
+        )
+        hybrid = f"{_flag(config, 'resnet')}={a['resnet']}, " if stages else ""
+        raise ConfigError(
+            f"{hybrid}{_flag(config, 'patch_size')}={patch} and --config.image_size="
+            f"{config.image_size}: {message} ({fix})"
         ) from None
 
 

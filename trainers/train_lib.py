@@ -394,26 +394,22 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
                 "learning_rate": float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
                 "gradient_norm": float(train_step.gradient_norm.numpy()),
             }
-            logger.add(step, sums, timer.lap(), extra)
+            seconds = timer.lap()
+            interval_end = step % plan.every == 0 or step == plan.total_steps
+            if interval_end:  # saved before it is logged
+                checkpoints.save(step)
+                last_good = step
+            logger.add(step, sums, seconds, extra)
             logs = {**meter.means(), **extra}
             user.on_train_batch_end(step - 1, logs)
             if progress:
                 progress.update(step, logs)
-            if step % plan.every == 0 or step == plan.total_steps:
-                checkpoints.save(step)
-                last_good = step
-                for evaluator in evals:
-                    if evaluator.every > 0 and step % evaluator.every == 0:
-                        evaluators.evaluate(
-                            evaluator, model, step, run, chief, preemption.evaluation_should_stop
-                        )
+            for evaluator in evals:
+                if evaluator.every > 0 and step % evaluator.every == 0:
+                    stop_early = preemption.evaluation_should_stop
+                    evaluators.evaluate(evaluator, model, step, run, chief, stop_early)
+            if interval_end:
                 user.on_epoch_end(step // plan.every - 1, logs)
-            else:
-                for evaluator in evals:
-                    if evaluator.every > 0 and step % evaluator.every == 0:
-                        evaluators.evaluate(
-                            evaluator, model, step, run, chief, preemption.evaluation_should_stop
-                        )
             preemption.after_steps(step)
             timer.lap()  # evaluations and saves are not training time
     if window:
@@ -433,6 +429,19 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
         with strategy.scope():
             optimizer.finalize_variable_values(model.trainable_variables)
     return logger
+
+
+def _forget_after(path, step):
+    """Drops the records of a JSON-lines log after `step`: the steps a resumed run
+    trains again (an interrupted run may have logged past its last checkpoint)."""
+    if not run_directory.exists(path):
+        return
+    with run_directory.open_file(path) as f:
+        lines = [line for line in f if line.strip()]
+    kept = [line for line in lines if json.loads(line).get("step", 0) <= step]
+    if len(kept) != len(lines):
+        with run_directory.open_file(path, "w") as f:
+            f.writelines(kept)
 
 
 def uses_ema(optimizer):
@@ -475,6 +484,9 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
     )
     if sizes.start_step:
         log.info("resumed from step %d", sizes.start_step)
+        if chief:
+            for path in (run.train_log, run.eval_log):
+                _forget_after(path, sizes.start_step)
     if chief:
         run.write_json(run.config, json.loads(config.to_json_best_effort()))
         if reader.class_names:  # the exports' class names (tools/export_savedmodel.py)
