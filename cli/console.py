@@ -386,7 +386,8 @@ class UserError(Exception):
 
 
 def show_tracebacks():
-    """Whether $KERAS_VIT_TRACEBACK asks for the traceback of a user's mistake too."""
+    """Whether $KERAS_VIT_TRACEBACK asks for the traceback of a user's mistake too (every
+    program's one line goes through `fail`, which prints it)."""
     return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
@@ -442,9 +443,21 @@ def error_line(error):
     return lines[0] if len(lines) == 1 else " ".join(lines)
 
 
-def fail(message, code=USAGE):
-    """Exits with `code` after one line on stderr: 'error: <message>'."""
+def fail(message, code=USAGE, error=None):
+    """Exits with `code` after one line on stderr: 'error: <message>'. With
+    $KERAS_VIT_TRACEBACK set, the traceback comes first: that of `error`, else of the
+    exception being handled, else the stack of the caller (a check that found the
+    mistake itself)."""
     sys.stdout.flush()
+    if show_tracebacks():
+        import traceback
+
+        error = error if error is not None else sys.exc_info()[1]
+        if error is not None:
+            traceback.print_exception(error, file=sys.stderr)
+        else:
+            traceback.print_stack(sys._getframe(1), file=sys.stderr)
+        sys.stderr.flush()
     print(f"error: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
 
@@ -459,11 +472,41 @@ def exit_on_user_error(error, cleanup=None):
         return
     if cleanup is not None:
         cleanup()
-    if show_tracebacks():
-        import traceback
+    fail(error_line(error), code, error)
 
-        traceback.print_exception(error, file=sys.stderr)
-    fail(error_line(error), code)
+
+# The flags that ask a program for its usage (absl's own --help exits 1 after the main
+# module's docstring, which a console script's wrapper does not have).
+HELP_FLAGS = ("-h", "-help", "--help", "--helpshort", "-?")
+
+
+def help_asked(argv):
+    """Whether the command line `argv` (with the program's name first) asks for help."""
+    return any(arg in HELP_FLAGS for arg in argv[1:])
+
+
+def print_help(doc, flag_modules=()):
+    """Prints a program's usage on stdout: its docstring (`doc`, which gives an example)
+    and the flags its modules (`flag_modules`, names) define."""
+    from absl import flags
+
+    parts = [(doc or "").strip()]
+    for module in flag_modules:
+        text = flags.FLAGS.module_help(module)
+        if text.strip():
+            parts.append(text.rstrip())
+    parts.append(
+        "--helpfull lists absl's flags too. Exit codes, and KERAS_VIT_TRACEBACK=1 for the "
+        "traceback of an error: docs/install.md."
+    )
+    print("\n\n".join(filter(None, parts)), flush=True)
+
+
+def exit_with_help(argv, doc, flag_modules=()):
+    """Where `argv` asks for help (`help_asked`): prints it (`print_help`) and exits 0."""
+    if help_asked(argv):
+        print_help(doc, flag_modules)
+        sys.exit(0)
 
 
 def run_app(main, flags_parser=None):
@@ -471,8 +514,16 @@ def run_app(main, flags_parser=None):
     its own verbosity to INFO while parsing them), and a user's mistake (`user_error`)
     ended in one line 'error: ...': exit code 2 for a flag or config value, 1 for a
     failure while running (a download, a server). absl's usage text shows for
-    `app.UsageError` alone; a bug keeps its traceback."""
+    `app.UsageError` alone; a bug keeps its traceback. `--help` prints the program's
+    module docstring and flags and exits 0 (`exit_with_help`)."""
     from absl import app
+
+    module = getattr(main, "__module__", "__main__")
+    doc = getattr(sys.modules.get(module), "__doc__", None)
+
+    def _parse(argv):
+        exit_with_help(argv, doc, [module])
+        return (flags_parser or app.parse_flags_with_usage)(argv)
 
     def _main(argv):
         setup()
@@ -484,5 +535,4 @@ def run_app(main, flags_parser=None):
             exit_on_user_error(e)
             raise
 
-    kwargs = {"flags_parser": flags_parser} if flags_parser else {}
-    app.run(_main, **kwargs)
+    app.run(_main, flags_parser=_parse)

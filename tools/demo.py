@@ -1,22 +1,31 @@
-"""The README's main job (`make demo`): Fashion-MNIST from scratch with a small hybrid
-ViT (configs/fashion_mnist_hybrid.py; the plain ViT: --config=configs/fashion_mnist.py).
+"""The README's main job (`make demo`, or `keras-vit-demo` from any folder with a wheel
+install): Fashion-MNIST from scratch with a small hybrid ViT (the installed recipe
+fashion_mnist_hybrid; the plain ViT: --config=fashion_mnist).
 
-1. TFRecords in runs/data/fashion_mnist (from the Debian IDX files, else TFDS), if missing.
-2. trainers/pretrain.py --config=DEMO_CONFIG --strategy=default into
-   runs/<the config's name>, runs/fashion_mnist_hybrid by default (rerunning resumes /
-   re-exports). The default strategy is the
+1. TFRecords in runs/data/fashion_mnist under the current folder (from the Debian IDX
+   files, else TFDS), if missing.
+2. The pre-training program (`python -m keras_vit_trainers.pretrain`) with --config=CONFIG
+   --strategy=default into runs/<the config's name>, runs/fashion_mnist_hybrid by default
+   (rerunning resumes / re-exports). The default strategy is the
    fastest on a 2-core CPU: one replica using both cores trained the demo model at 850
    images/s against 720 for two mirrored logical-CPU replicas (Intel Xeon, AVX-512/AMX,
    2026-12-01; on the AMD EPYC 618-787 against 295-326). The mirrored and multi-worker
    paths stay covered by tests/test_train_strategies.py.
 3. Exports the trained model: a SavedModel for TF Serving (RUN/export/saved_model/1) and a
-   float16 TFLite file checked against the Keras model (RUN/export/model_float16.tflite with
-   its report JSON).
+   float16 TFLite file checked against the Keras model on the data's test images
+   (RUN/export/model_float16.tflite with its report JSON).
 4. Prints the test accuracy, the learning curve's path and where everything is.
 
-  python tools/demo.py [--model_dir=runs/fashion_mnist_hybrid] [--data_dir=runs/data/fashion_mnist]
-                       [--config=configs/fashion_mnist.py]
-                       [extra trainer flags, e.g. --config.total_steps=500]
+Usage:
+  keras-vit-demo [--model_dir=runs/fashion_mnist_hybrid] [--data_dir=runs/data/fashion_mnist]
+                 [--config=fashion_mnist | --config=PATH.py] [extra trainer flags]
+  (python tools/demo.py ... in the repository, python -m keras_vit_tools.demo anywhere)
+
+Example, a two-step run (a check that everything works, not a trained model):
+  keras-vit-demo --config.total_steps=2 --config.evals.test.every=0
+
+--config takes an installed recipe's name or a config file's path (keras_vit_configs.find);
+every other --config.KEY=VALUE flag goes to the trainer.
 """
 
 import json
@@ -25,12 +34,12 @@ import subprocess
 import sys
 import time
 
+import keras_vit_configs
 from keras_vit_cli import commands, console
-from keras_vit_cli.commands import ROOT
 
 # The compute frontier's winner at the demo's budget (docs/training.md); the ViT is
-# configs/fashion_mnist.py (--config=configs/fashion_mnist.py).
-DEMO_CONFIG = "configs/fashion_mnist_hybrid.py"
+# configs/fashion_mnist.py (--config=fashion_mnist).
+DEMO_CONFIG = "fashion_mnist_hybrid"
 
 
 def _opt(args, name, default):
@@ -51,19 +60,17 @@ def _step(cmd, **kwargs):
 
 def main(argv):
     args = list(argv)
-    if "-h" in args or "--help" in args or "-help" in args:
+    if console.help_asked(["demo", *args]):
         print(__doc__.strip())
         return None
-    config = _opt(args, "config", os.path.join(ROOT, DEMO_CONFIG))
+    given = _opt(args, "config", DEMO_CONFIG)
     data_dir = _opt(args, "data_dir", commands.DEMO_DATA_DIR)
-    if not os.path.isfile(config):  # before any data is written
-        console.fail(
-            f"--config={config}: no such file (give a config file, e.g. --config={DEMO_CONFIG})",
-            console.USAGE,
-        )
+    try:
+        config = keras_vit_configs.find(given)  # before any data is written
+    except keras_vit_configs.ConfigNotFound as e:
+        console.fail(str(e), console.USAGE)
     # One run directory per config, so that a run of another model is never resumed.
-    run_name = os.path.splitext(os.path.basename(config))[0]
-    model_dir = _opt(args, "model_dir", os.path.join(ROOT, "runs", run_name))
+    model_dir = _opt(args, "model_dir", os.path.join("runs", keras_vit_configs.run_name(given)))
     # Each step is a program of ours that prints only its own lines (cli/console.py).
     env = console.quiet_environment(dict(os.environ))
     t0 = time.time()
@@ -77,11 +84,11 @@ def main(argv):
     cmd = commands.trainer_command(
         "pretrain", config, data_dir, model_dir, "--strategy=default", *args
     )
-    if config == os.path.join(ROOT, DEMO_CONFIG):
+    if given == DEMO_CONFIG:
         print(
             "demo: trains the hybrid (a ResNet stem and stage, then a ViT on 16 tokens): "
             "ahead of the plain ViT at this budget (docs/training.md); the ViT: "
-            "--config=configs/fashion_mnist.py",
+            "--config=fashion_mnist",
             flush=True,
         )
     print("demo: " + " ".join(cmd), flush=True)
@@ -110,6 +117,8 @@ def main(argv):
                 f"--output={tflite}",
                 f"--report={report_path}",
                 "--num_eval_images=500",
+                # the data's own test images (Fashion-MNIST's, for the demo's records)
+                f"--eval_data={os.path.join(data_dir, 'test-*')}",
             ],
         ),
     ):

@@ -185,13 +185,11 @@ def check_shapes(config):
         views.token_grid_of(stages, patch_embedding, image)
     except ValueError as e:
         message = (str(e).split(": ", 1)[-1] if not stages else str(e)).rstrip(".")
-        side = image[0] if image[0] == image[1] else f"{image[0]} and {image[1]}"
+        # the patch divides the image, or a hybrid's feature map (its grid of 1x1 patches)
+        side = views.token_grid_of(stages, PatchEmbedding(1, hidden), image) if stages else image
         fix = (
-            f"give a patch_size that divides {side} ({_divisors(math.gcd(*image))}) or "
-            "another --config.image_size"
-            if not stages
-            else "give a patch_size that divides the feature map's side, or another "
-            "--config.image_size"
+            f"give a patch_size that divides {' and '.join(map(str, sorted(set(side))))} "
+            f"({_divisors(math.gcd(*side))}) or another --config.image_size"
         )
         hybrid = f"{_flag(config, 'resnet')}={a['resnet']}, " if stages else ""
         raise ConfigError(

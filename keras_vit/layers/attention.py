@@ -8,6 +8,17 @@ from keras import ops
 from keras_vit.initializers import FlatGlorotUniform
 
 
+def check_heads(hidden_size, num_heads, where=None):
+    """The attention's size rule: `num_heads` divides `hidden_size` (each head gets
+    hidden_size / num_heads channels). A ValueError otherwise, prefixed by `where` (the
+    layer's name). Trainers check a config with it before building anything."""
+    if hidden_size % num_heads:
+        prefix = f"{where}: " if where else ""
+        raise ValueError(
+            f"{prefix}hidden size {hidden_size} is not divisible by {num_heads} heads."
+        )
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head dot-product self-attention, laid out as the official Flax module.
@@ -65,10 +76,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def build(self, input_shape):
         hidden = input_shape[-1]
-        if hidden % self.num_heads:
-            raise ValueError(
-                f"{self.name}: hidden size {hidden} is not divisible by {self.num_heads} heads."
-            )
+        check_heads(hidden, self.num_heads, self.name)
         self.hidden_size = hidden
         self.head_dim = hidden // self.num_heads
         heads = (self.num_heads, self.head_dim)
