@@ -5,6 +5,7 @@ as the file has it, and layer decay trains SigLIP's attention pooling. Real trai
 processes on tiny timm files the test writes."""
 
 import json
+import re
 
 import keras
 import numpy as np
@@ -15,6 +16,7 @@ from tiny_models import tiny_vit
 import keras_vit
 from keras_vit import run_directory
 from keras_vit.checkpoint import layout, save_timm
+from keras_vit_cli import commands
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
@@ -110,3 +112,54 @@ def test_siglip_fine_tunes_its_attention_pooling_under_layer_decay(data, tmp_pat
     assert len(pooling) > 10
     moved = {k: float(np.abs(got[k] - expected[k]).max()) for k in pooling}
     assert min(moved.values()) > 1e-4, moved  # far above the ~1e-6 of float32 rounding
+
+
+def test_a_family_config_is_told_the_sizes_of_a_smaller_file(data, tmp_path):
+    # configs/families.py:dinov2 is DINOv2-B/14's sizes; a smaller file (the tiny model,
+    # written for timm) is refused before training with the flags that fit it, which
+    # then train on a make_tfrecords directory (the data's own splits: no CIFAR slice).
+    folder, _ = _written(
+        tmp_path,
+        "dinov2_small",
+        num_registers=4,
+        layer_scale_init=0.1,
+        position_embedding_for_class_token=False,
+        approximate_gelu=False,
+    )
+
+    def finetune(run_dir, *flags):
+        return testing.run(
+            commands.trainer_command(
+                "finetune",
+                "configs/families.py:dinov2",
+                data,
+                str(tmp_path / run_dir),
+                f"--init={folder}",
+                "--config.input.dataset=",  # the make_tfrecords directory, not TFDS
+                "--config.image_size=28",
+                "--config.model_overrides.patch_size=7",
+                "--config.batch_size=16",
+                "--config.total_steps=2",
+                "--config.checkpoint_every=2",
+                "--config.warmup_steps=1",
+                "--config.evals.test.batch_size=64",
+                "--config.jit_compile=False",
+                *flags,
+            )
+        )
+
+    refused = finetune("refused")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    line = refused.stderr.strip().splitlines()[-1]
+    flags = re.findall(r"--config\.model_overrides\.\w+=\d+", line)
+    assert sorted(flags) == [
+        "--config.model_overrides.hidden_size=16",
+        "--config.model_overrides.mlp_dim=32",
+        "--config.model_overrides.num_heads=2",
+        "--config.model_overrides.num_layers=1",
+    ], line
+    fits = finetune("run", *flags)
+    assert fits.returncode == 0, fits.stderr[-3000:]
+    with open(run_directory.RunDirectory(str(tmp_path / "run")).model_config) as f:
+        config = json.load(f)
+    assert (config["hidden_size"], config["num_heads"], config["num_registers"]) == (16, 2, 4)

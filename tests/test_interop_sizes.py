@@ -101,9 +101,11 @@ def test_a_file_with_its_config_needs_no_argument(tmp_path):
 def test_a_model_of_other_sizes_is_told_the_files(tmp_path, caplog):
     path = _bare(_random(hidden_size=192, num_heads=3, approximate_gelu=False), tmp_path)
     model = keras_vit.VisionTransformer(**{**SMALL, "hidden_size": 16, "num_heads": 2})
+    # the heads every published 192-wide timm ViT has join the sizes to set
     message = (
-        r"has hidden_size=192; the model 'vit' has hidden_size=16: build it with the "
-        r"file's .*--config\.model_overrides\.hidden_size=192\)"
+        r"has hidden_size=192, num_heads=3; the model 'vit' has hidden_size=16, num_heads=2: "
+        r"build it with the file's .*--config\.model_overrides\.hidden_size=192 "
+        r"--config\.model_overrides\.num_heads=3\)"
     )
     with pytest.raises(CheckpointError, match=message):
         keras_vit.load_weights(model, path)

@@ -11,8 +11,11 @@ them (`require_determined`) instead of building a model the source may not be.
 """
 
 import dataclasses
+import logging
 
 from keras_vit.checkpoint.errors import CheckpointError
+
+logger = logging.getLogger("keras_vit")
 
 SIZE_KEYS = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")
 # The metadata key of the arguments a file cannot tell: argument -> why (a phrase).
@@ -72,17 +75,35 @@ def determined(opened):
     return dataclasses.replace(opened, metadata=metadata)
 
 
-def check_fits(origin, sizes, model):
+def check_fits(origin, sizes, model, inferred=None):
     """Raises CheckpointError naming every size (`SIZE_KEYS`) of the file (`sizes`:
     key -> value, None where the file does not say) that the built `model` does not
-    have, with the arguments that build one that fits."""
-    differ = {
-        key: value
-        for key, value in sizes.items()
-        if value is not None and _normal(getattr(model, key, None)) != _normal(value)
-    }
+    have, with the arguments that build one that fits; `inferred` (key -> value: what
+    every published model of the file's shape has, `published_heads`) joins them
+    there. Where only an inferred size differs, the model's stands (its builder chose
+    it), with a warning."""
+    inferred = {k: v for k, v in (inferred or {}).items() if v is not None}
+
+    def different(values):
+        return {
+            key: value
+            for key, value in values.items()
+            if value is not None and _normal(getattr(model, key, None)) != _normal(value)
+        }
+
+    differ = different(sizes)
     if not differ:
+        for key, value in different(inferred).items():
+            logger.warning(
+                "%s: every published model of the shape of %s has %s=%r; the model has %r.",
+                model.name,
+                origin,
+                key,
+                value,
+                getattr(model, key, None),
+            )
         return
+    differ = {**differ, **different(inferred)}
     theirs = ", ".join(f"{key}={_shown(value)}" for key, value in differ.items())
     ours = ", ".join(f"{key}={_shown(getattr(model, key, None))}" for key in differ)
     flags = " ".join(

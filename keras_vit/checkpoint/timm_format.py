@@ -296,7 +296,8 @@ def open_state(origin, state, config=None, arch=None):
     def read(model):
         # The heads only where config.json says them: otherwise the model's (what its
         # caller gave, or what every published model of the width has) split the file.
-        sizes_lib.check_fits(origin, {**shown, "num_heads": recorded_heads}, model)
+        inferred = {"num_heads": None if recorded_heads is not None else heads}
+        sizes_lib.check_fits(origin, {**shown, "num_heads": recorded_heads}, model, inferred)
         class_row = no_embed_class and getattr(model, "position_embedding_for_class_token", True)
         return to_params(state, model.num_heads, class_row)
 
