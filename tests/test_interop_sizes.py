@@ -6,6 +6,8 @@ argument; a model of other sizes is refused with the sizes and the flags that fi
 timm's class token with average pooling (`classifier='token_gap'`) computes what its
 pieces compute. Files written by save_timm from random keras_vit models; no torch."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -149,3 +151,29 @@ def test_class_token_with_average_pooling_is_the_mean_of_the_patches(tmp_path, r
     # and not the class token's: the pooling leaves it out
     token = keras_vit.from_weights(path, num_heads=2, include_top=False, pooling="token")
     assert not np.allclose(_outputs(token), normed, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    "architecture, heads",
+    [("vit_base_patch16_siglip_224", 12), ("vit_base_patch16_gap_224", 16), (None, None)],
+)
+def test_heads_of_a_named_architecture_without_a_class_token(tmp_path, architecture, heads):
+    """A config.json without model_args' num_heads (the Hub's timm repositories): a
+    768-wide model without a class token has the heads timm's architecture of that
+    name has; without a name, widths disagree and the heads are asked for."""
+    source = _random(hidden_size=768, num_heads=heads or 12, classifier="gap")
+    folder = tmp_path / "hub"
+    save_timm(source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    del config["model_args"]["num_heads"]
+    if architecture:
+        config["architecture"] = architecture
+    else:
+        del config["architecture"]  # then not a timm folder: the state dict alone, with it
+    (folder / "config.json").write_text(json.dumps(config))
+    if heads is None:
+        path = str(folder / "model.safetensors")
+        with pytest.raises(CheckpointError, match="does not say num_heads"):
+            keras_vit.from_weights(path, approximate_gelu=True)
+        return
+    _same_model(keras_vit.from_weights(str(folder)), source)

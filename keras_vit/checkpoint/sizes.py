@@ -20,11 +20,9 @@ logger = logging.getLogger("keras_vit")
 SIZE_KEYS = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")
 # The metadata key of the arguments a file cannot tell: argument -> why (a phrase).
 UNDETERMINED = "undetermined"
-# The heads of timm's ViTs with a class token (timm 1.0's vision_transformer.py and
+# The heads of timm's ViTs with a class token (timm 1.0.31's vision_transformer.py and
 # deit.py: every architecture of that width with a class token has that many heads;
 # DeiT and AugReg Ti/S/B/L, DeiT III, DINOv2, CLIP, MAE, BEiT-style fine-tunes ...).
-# Without a class token widths disagree (768: 12 heads for SigLIP, 16 for
-# vit_base_patch16_gap_224), so none is inferred there.
 PUBLISHED_HEADS = {
     192: 3,
     256: 4,
@@ -42,10 +40,42 @@ PUBLISHED_HEADS = {
 }
 
 
-def published_heads(hidden_size, class_token):
-    """The heads every published timm ViT of this width (with a class token) has, or
-    None where they disagree or none is published."""
-    return PUBLISHED_HEADS.get(int(hidden_size)) if class_token else None
+# Without a class token, the widths where every such timm architecture agrees; at 768,
+# 1024 and 1536 they do not (768: SigLIP's 12 heads, vit_base_patch16_gap_224's 16).
+NO_CLASS_TOKEN_HEADS = {
+    96: 3,
+    256: 4,
+    320: 5,
+    512: 8,
+    640: 10,
+    832: 13,
+    896: 14,
+    1152: 16,
+    1280: 16,
+    1408: 16,
+    2048: 16,
+    3072: 24,
+}
+# ... and there, what a timm architecture named in config.json has: every one of those
+# widths (SigLIP's, the reg4_gap models') but the named exceptions (aimv2_* have keys of
+# their own and are not read).
+NAMED_NO_CLASS_TOKEN_HEADS = {768: 12, 1024: 16, 1536: 16}
+NAMED_EXCEPTIONS = {"vit_base_patch16_gap_224": 16}
+
+
+def published_heads(hidden_size, class_token, architecture=None):
+    """The heads every published timm ViT of this width (with a class token, or
+    without) has, or that timm's `architecture` (config.json's name, without its
+    '.tag') has; None where they disagree or none is published."""
+    hidden = int(hidden_size)
+    if class_token:
+        return PUBLISHED_HEADS.get(hidden)
+    name = str(architecture or "").partition(".")[0]
+    if name in NAMED_EXCEPTIONS:
+        return NAMED_EXCEPTIONS[name]
+    if name and hidden in NAMED_NO_CLASS_TOKEN_HEADS:
+        return NAMED_NO_CLASS_TOKEN_HEADS[hidden]
+    return NO_CLASS_TOKEN_HEADS.get(hidden)
 
 
 def given_size(arch, key):

@@ -268,15 +268,15 @@ def open_state(origin, state, config=None, arch=None):
     hidden = int(state["patch_embed.proj.weight"].shape[0])
     heads = model_args.get("num_heads")
     if heads is None:
-        heads = sizes_lib.published_heads(hidden, has_cls)
+        heads = sizes_lib.published_heads(hidden, has_cls, architecture)
     if heads is None:
         undetermined["num_heads"] = (
             f"its {hidden}-wide attention's heads are in no config.json beside it, and "
             + (
                 f"no published timm ViT with a class token is {hidden} wide"
                 if has_cls
-                else "timm's ViTs without a class token of one width disagree (768: "
-                "SigLIP's 12 heads, vit_base_patch16_gap_224's 16)"
+                else f"timm's {hidden}-wide ViTs without a class token disagree or are none "
+                "(768: SigLIP's 12 heads, vit_base_patch16_gap_224's 16)"
             )
         )
     shown = {
