@@ -110,6 +110,11 @@ def cpu_flags(path=CPUINFO):
     return None
 
 
+# This machine's flags, read once when the module is imported, so that making a model (which
+# resolves "auto", `AutoJitCompile`) reads no file.
+MACHINE_CPU_FLAGS = cpu_flags()
+
+
 def auto_jit_compile(backend, compute_dtype, cpu_flags, accelerator, distributed):
     """What `jit_compile="auto"` should mean for a model.
 
@@ -182,13 +187,13 @@ def under_strategy(model):
 
 
 def auto_jit_compile_here(compute_dtype, distributed=False):
-    """`auto_jit_compile` for the Keras backend in use and this machine's CPU flags and
-    devices: True/False, or None where Keras' own choice stands."""
+    """`auto_jit_compile` for the Keras backend in use and this machine's CPU flags
+    (`MACHINE_CPU_FLAGS`) and devices: True/False, or None where Keras' own choice stands."""
     backend = keras.backend.backend()
     return auto_jit_compile(
         backend,
         compute_dtype,
-        cpu_flags(),
+        MACHINE_CPU_FLAGS,
         accelerator=backend == "tensorflow" and has_accelerator(),
         distributed=distributed,
     )

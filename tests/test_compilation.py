@@ -104,7 +104,7 @@ def machine(monkeypatch):
     """Fakes the machine the rule sees: `machine(flags, accelerator=False)`."""
 
     def fake(flags, accelerator=False):
-        monkeypatch.setattr(compilation, "cpu_flags", lambda: flags)
+        monkeypatch.setattr(compilation, "MACHINE_CPU_FLAGS", flags)
         monkeypatch.setattr(compilation, "has_accelerator", lambda: accelerator)
 
     return fake
