@@ -44,7 +44,8 @@ def _mistakes(data, out, grey):
         "config file": (
             _trainer("pretrain", data, out, config="configs/nonexistent.py"),
             2,
-            "--config=configs/nonexistent.py: no such file (give a config file",
+            "--config=configs/nonexistent.py: no such file nor installed config (give a "
+            "config file's path, or one of ",
             [run],
         ),
         "batch 0": (
@@ -178,14 +179,13 @@ def _mistakes(data, out, grey):
         ),
         "demo": (
             [
-                testing.PY,
-                os.path.join(commands.ROOT, "tools", "demo.py"),
+                *commands.tool_command("demo"),
                 "--config=configs/nonexistent.py",
                 f"--data_dir={data}",
                 f"--model_dir={run}",
             ],
             2,
-            "--config=configs/nonexistent.py: no such file",
+            "--config=configs/nonexistent.py: no such file nor installed config",
             [run],
         ),
         "onnx benchmark": (

@@ -97,8 +97,12 @@ NOT_BUILT = (
     "    print('MODEL BUILT', file=sys.stderr)\n"
     "    sys.exit(99)\n"
     "train_lib.build = build\n"
-    "sys.argv = sys.argv[1:]\n"
-    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "if sys.argv[1] == '-m':  # python -m keras_vit_trainers.<trainer> (cli/commands.py)\n"
+    "    sys.argv = sys.argv[2:]\n"
+    "    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+    "else:  # python trainers/<trainer>.py\n"
+    "    sys.argv = sys.argv[1:]\n"
+    "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
 )
 MISTAKES = {
     # The issue's: a run shorter than its warm-up; an AugReg name given to the crop's key;

@@ -137,16 +137,22 @@ def _builder_arguments(variant):
 
 
 def _flag(config, key):
-    """Where the model's `key` comes from, as the flag that sets it: model_overrides,
-    a dict model's key, the builder's size or VisionTransformer's default."""
-    if config.model_overrides.get(key) is not None:
-        return f"--config.model_overrides.{key}"
+    """(where the model's `key` comes from, the flag that sets it): model_overrides, a
+    dict model's key, or the builder's size / VisionTransformer's default (set then by
+    model_overrides where it has the key, else by a dict model naming the builder)."""
     spec = config.model.to_dict() if hasattr(config.model, "to_dict") else config.model
-    if isinstance(spec, dict) and key in spec:
-        return f"--config.model.{key}"
     variant = spec.get("variant") if isinstance(spec, dict) else spec
-    where = f"the {variant} builder's" if variant else "VisionTransformer's default"
-    return f"{key} ({where}; --config.model_overrides.{key} sets it)"
+    if key in config.model_overrides and config.model_overrides.get(key) is not None:
+        flag = f"--config.model_overrides.{key}"
+        return flag, flag
+    if isinstance(spec, dict):
+        flag = f"--config.model.{key}"
+        return flag if key in spec else f"VisionTransformer's default {key}", flag
+    if key in config.model_overrides:
+        setter = f"--config.model_overrides.{key}"
+    else:
+        setter = f"--config.model=\"{{'variant': '{variant}', '{key}': ...}}\""
+    return f"{variant}'s {key}", setter
 
 
 def _divisors(n):
@@ -173,10 +179,13 @@ def check_shapes(config):
     try:
         attention.check_heads(hidden, heads)
     except ValueError as e:
+        (hidden_from, _), (heads_from, heads_flag) = (
+            _flag(config, "hidden_size"),
+            _flag(config, "num_heads"),
+        )
         raise ConfigError(
-            f"{_flag(config, 'hidden_size')}={hidden} and {_flag(config, 'num_heads')}="
-            f"{heads}: {str(e).rstrip('.')} (give a num_heads that divides {hidden}: "
-            f"{_divisors(hidden)})"
+            f"{hidden_from}={hidden} and {heads_from}={heads}: {str(e).rstrip('.')} (give a "
+            f"number of heads that divides {hidden} ({_divisors(hidden)}) with {heads_flag})"
         ) from None
     image, patch = a["image_size"], a["patch_size"]
     patch_embedding = PatchEmbedding(patch, hidden)
@@ -187,14 +196,15 @@ def check_shapes(config):
         message = (str(e).split(": ", 1)[-1] if not stages else str(e)).rstrip(".")
         # the patch divides the image, or a hybrid's feature map (its grid of 1x1 patches)
         side = views.token_grid_of(stages, PatchEmbedding(1, hidden), image) if stages else image
+        patch_from, patch_flag = _flag(config, "patch_size")
         fix = (
-            f"give a patch_size that divides {' and '.join(map(str, sorted(set(side))))} "
-            f"({_divisors(math.gcd(*side))}) or another --config.image_size"
+            f"give a patch size that divides {' and '.join(map(str, sorted(set(side))))} "
+            f"({_divisors(math.gcd(*side))}) with {patch_flag}, or another --config.image_size"
         )
-        hybrid = f"{_flag(config, 'resnet')}={a['resnet']}, " if stages else ""
+        hybrid = f"{_flag(config, 'resnet')[0]}={a['resnet']}, " if stages else ""
         raise ConfigError(
-            f"{hybrid}{_flag(config, 'patch_size')}={patch} and --config.image_size="
-            f"{config.image_size}: {message} ({fix})"
+            f"{hybrid}{patch_from}={patch} and --config.image_size={config.image_size}: "
+            f"{message} ({fix})"
         ) from None
 
 
