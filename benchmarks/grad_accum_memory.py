@@ -4,8 +4,8 @@ r"""Peak host memory of one training step with and without gradient accumulation
       --batch=32 --accum=1,8 [--json=PATH]
 
 Each setting runs in its own process (peak RSS is per process): build the model and
-the trainers' optimizer (AdamW, clipping after the all-reduce), compile (no XLA), apply
-trainers/keras_workarounds.accumulate_gradients(model, N), run two training steps on
+the trainers' optimizer (AdamW) and their training step (trainers/loop.py TrainStep with
+N micro-batches, clipping after the all-reduce, no XLA), run two training steps on
 one global batch of `--batch` random images, and read the process's peak resident set
 size (`ru_maxrss`) before the first step (model + optimizer state + runtime) and after
 the steps. The difference is what the step itself needs: activations and gradients of
@@ -48,7 +48,7 @@ def _child():
     import numpy as np
 
     import keras_vit
-    from keras_vit_trainers import keras_workarounds, optimizers
+    from keras_vit_trainers import loop, optimizers
 
     keras.utils.set_random_seed(0)
     model = keras_vit.build_model(
@@ -65,21 +65,27 @@ def _child():
             momentum=0.9,
         )
     )
-    model.compile(
-        optimizer=optimizers.make_optimizer(config, 1e-4),
-        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
-        jit_compile=False,
+    import tensorflow as tf
+
+    step = loop.TrainStep(
+        model,
+        optimizers.make_optimizer(config, 1e-4),
+        keras.losses.CategoricalCrossentropy(from_logits=True),
+        {},
+        tf.distribute.get_strategy(),
+        accum=FLAGS.child,
+        clip_norm=config.grad_clip_norm,
     )
-    keras_workarounds.accumulate_gradients(model, FLAGS.child)
     rng = np.random.default_rng(0)
     size = FLAGS.image_size
     x = rng.uniform(-1, 1, (FLAGS.batch, size, size, 3)).astype("float32")
     y = np.eye(FLAGS.num_classes, dtype="float32")[rng.integers(0, FLAGS.num_classes, FLAGS.batch)]
-    model.optimizer.build(model.trainable_variables)
+    step.build()
+    batches = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
     before = _peak_mib()
     start = time.perf_counter()
     for _ in range(2):
-        model.train_on_batch(x, y)
+        step.run(batches, 1)
     seconds = (time.perf_counter() - start) / 2
     print(json.dumps({"before_mib": before, "peak_mib": _peak_mib(), "seconds_per_step": seconds}))
 

@@ -117,7 +117,6 @@ SLOW_TESTS = {
         "test_savedmodel_export_of_a_timm_file",
         "test_savedmodel_uses_the_recorded_normalisation",
     ),
-    "test_keras_workarounds": ("test_the_keras_behaviours_worked_around_are_still_there",),
     "test_layer_conformance": ("test_every_entry_passes_under_the_other_backend",),
     "test_make_tfrecords": ("test_undecodable_image_is_skipped_counted_and_named",),
     "test_masked_patch": ("test_a_few_steps_reduce_the_loss", "test_runs_on_the_jax_backend"),

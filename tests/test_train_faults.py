@@ -257,3 +257,137 @@ def test_lost_worker_line_names_the_other_task():
     assert "\n" not in line
     assert faults.lost_worker_line(ValueError("bad shape"), ("worker", 0)) is None
     assert faults.lost_worker_line(tf.errors.InvalidArgumentError(None, None, "x"), None) is None
+
+
+# A callback that sends its own process SIGTERM once the run reaches SIGTERM_AT_STEP:
+# a preemption at a known step, on every process that runs it.
+SIGTERM_CALLBACK = """
+import os, signal
+import keras
+
+class SigtermAt(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == int(os.environ["SIGTERM_AT_STEP"]):
+            os.kill(os.getpid(), signal.SIGTERM)
+"""
+SHORT = [
+    "--config.total_steps=40",
+    "--config.checkpoint_every=20",
+    "--config.warmup_steps=5",
+    "--config.evals.test.every=20",
+]
+
+
+@pytest.fixture(scope="module")
+def sigterm_at(tmp_path_factory):
+    """(PYTHONPATH holding the callback module, its --config.callbacks flag)."""
+    folder = tmp_path_factory.mktemp("callbacks")
+    (folder / "sigterm_at.py").write_text(SIGTERM_CALLBACK)
+    return str(folder), "--config.callbacks=sigterm_at:SigtermAt"
+
+
+@pytest.fixture(scope="module")
+def short_reference(data, tmp_path_factory):
+    """An uninterrupted one-process run of SHORT."""
+    ref_dir = str(tmp_path_factory.mktemp("short_ref"))
+    ref = testing.run(testing.trainer_cmd("pretrain", data, ref_dir, "--strategy=default", *SHORT))
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    return ref_dir
+
+
+def _assert_close_to_one_device(run_dir, ref_dir):
+    """Within the bound tests/test_train_strategies.py holds several replicas to against
+    one device on the same global batches (another summation order)."""
+    w, w_ref = testing.load_weights(run_dir), testing.load_weights(ref_dir)
+    assert w.keys() == w_ref.keys()
+    for k in w:
+        np.testing.assert_allclose(w[k], w_ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_a_sigterm_as_an_evaluation_runs_ends_it_and_saves(
+    data, sigterm_at, short_reference, tmp_path
+):
+    pythonpath, flag = sigterm_at
+    run_dir = str(tmp_path)
+    cmd = testing.trainer_cmd("pretrain", data, run_dir, "--strategy=default", *SHORT)
+    # SIGTERM at step 20, just before the step-20 evaluation: it ends at its first batch.
+    stopped = testing.run([*cmd, flag], PYTHONPATH=pythonpath, SIGTERM_AT_STEP="20")
+    assert stopped.returncode == faults.EXIT_PREEMPTED, stopped.stderr[-3000:]
+    assert [int(s) for s in PREEMPTED.findall(stopped.stderr)] == [20], stopped.stderr[-3000:]
+    assert "test evaluation ended early (preemption)" in stopped.stderr
+    assert not os.path.exists(os.path.join(run_dir, "eval_log.jsonl"))  # nothing recorded
+
+    resumed = testing.run(cmd)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _resumed_step(resumed.stderr) == 20
+    with open(os.path.join(run_dir, "eval_log.jsonl")) as f:
+        assert [json.loads(line)["step"] for line in f] == [20, 40]
+    _assert_same_weights(run_dir, short_reference)
+
+
+def test_one_process_resumed_as_two_workers(data, sigterm_at, short_reference, tmp_path):
+    pythonpath, flag = sigterm_at
+    run_dir = str(tmp_path)
+    one = testing.trainer_cmd("pretrain", data, run_dir, "--strategy=default", *SHORT)
+    stopped = testing.run([*one, flag], PYTHONPATH=pythonpath, SIGTERM_AT_STEP="10")
+    assert stopped.returncode == faults.EXIT_PREEMPTED, stopped.stderr[-3000:]
+    assert _restart_both(testing.trainer_cmd("pretrain", data, run_dir, *MULTI_WORKER, *SHORT)) == [
+        10,
+        10,
+    ]
+    _assert_close_to_one_device(run_dir, short_reference)
+
+
+def test_two_workers_resumed_as_one_process(data, sigterm_at, short_reference, tmp_path):
+    pythonpath, flag = sigterm_at
+    run_dir = str(tmp_path)
+    two = testing.trainer_cmd("pretrain", data, run_dir, *MULTI_WORKER, *SHORT, flag)
+    procs = testing.start_workers(two, env_extra=dict(PYTHONPATH=pythonpath, SIGTERM_AT_STEP="10"))
+    outs = testing.communicate_all(procs)
+    assert [p.returncode for p in procs] == [faults.EXIT_PREEMPTED] * 2, _every_worker(outs)
+    steps = [int(PREEMPTED.findall(err)[-1]) for _, err in outs]
+    assert steps[0] == steps[1] and 10 <= steps[0] < 20, steps  # agreed by TensorFlow's handler
+
+    resumed = testing.run(
+        testing.trainer_cmd("pretrain", data, run_dir, "--strategy=default", *SHORT)
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _resumed_step(resumed.stderr) == steps[0]
+    _assert_close_to_one_device(run_dir, short_reference)
+
+
+def test_a_killed_chief_ends_the_worker_with_one_line_and_both_resume(
+    data, two_worker_reference, tmp_path
+):
+    run_dir = str(tmp_path)
+    cmd = testing.trainer_cmd("pretrain", data, run_dir, *MULTI_WORKER, *STEPS)
+    procs = testing.start_workers(cmd)
+    try:
+        _wait_for_first_checkpoint(run_dir, procs)
+        procs[0].kill()  # the chief, which writes the checkpoints
+        _, err = procs[1].communicate(timeout=LOST_WORKER_BOUND)
+    finally:
+        testing.communicate_all(procs, timeout=10)
+    assert procs[1].returncode == faults.EXIT_LOST_WORKER, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert "lost worker 0" in last and "Restart every worker" in last, last
+
+    steps = _restart_both(cmd)
+    assert steps[0] == steps[1] and steps[0] % EVERY == 0 and steps[0] >= EVERY, steps
+    _assert_same_weights(run_dir, two_worker_reference)
+
+
+def test_a_stopped_worker_ends_the_other_with_one_line(data, tmp_path):
+    run_dir = str(tmp_path)
+    cmd = testing.trainer_cmd("pretrain", data, run_dir, *MULTI_WORKER, *STEPS)
+    procs = testing.start_workers(cmd)
+    try:
+        _wait_for_first_checkpoint(run_dir, procs)
+        procs[1].send_signal(signal.SIGSTOP)  # hung: alive, but no heartbeat
+        _, err = procs[0].communicate(timeout=LOST_WORKER_BOUND)
+    finally:
+        procs[1].send_signal(signal.SIGCONT)
+        testing.communicate_all(procs, timeout=30)
+    assert procs[0].returncode == faults.EXIT_LOST_WORKER, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert "lost worker 1" in last and "collective_timeout" not in last, last

@@ -150,16 +150,18 @@ def free_ports(n):
     return ports
 
 
-def start_workers(cmd, n=2, **popen_kwargs):
+def start_workers(cmd, n=2, env_extra=None, **popen_kwargs):
     """`cmd` started as n MultiWorkerMirroredStrategy workers on 127.0.0.1 (TF_CONFIG
-    for each), output captured (text); the caller ends them (`communicate_all`)."""
+    for each, and `env_extra`), output captured (text); the caller ends them
+    (`communicate_all`)."""
     cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(n)]}
     return [
         subprocess.Popen(
             cmd,
             cwd=ROOT,
             env=env(
-                TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
+                TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+                **(env_extra or {}),
             ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

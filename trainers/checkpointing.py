@@ -22,6 +22,7 @@ them).
 
 import json
 import os
+import posixpath
 import re
 import shutil
 import tempfile
@@ -73,7 +74,7 @@ def _step_of(path):
 def check_not_old(directory):
     """CheckpointError when `directory` (RUN/checkpoints) or RUN/workers holds the
     checkpoints of a release before tf.train checkpoints."""
-    run = os.path.dirname(os.path.normpath(directory))
+    run = posixpath.dirname(directory.rstrip("/"))  # not normpath: it breaks gs://, ram://
     old = [os.path.join(directory, n) for n in OLD_FILES]
     old.append(os.path.join(run, "workers"))
     found = [p for p in old if run_directory.exists(p)]

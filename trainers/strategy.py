@@ -77,9 +77,10 @@ def _tpu_available():
 
 
 def make_strategy(name="auto", tpu=None, cpu_replicas=1, collective_timeout=None):
-    """Returns the tf.distribute.Strategy for `--strategy=name`. `collective_timeout`:
-    seconds a multi-worker collective waits for its peers (None: forever), so that a
-    lost worker ends the run (trainers/faults.py) instead of hanging it."""
+    """Returns the tf.distribute.Strategy for `--strategy=name`. A lost worker ends a
+    multi-worker run through TensorFlow's coordination service (trainers/faults.py);
+    `collective_timeout` (seconds, None: off) adds TensorFlow's per-collective timeout,
+    which it documents as a debugging aid."""
     if name not in STRATEGIES:
         raise ValueError(f"--strategy={name!r}: expected one of {', '.join(STRATEGIES)}")
     if name == "tpu" or (name == "auto" and tpu):
@@ -133,12 +134,12 @@ def device_type(strategy):
 
 
 def dtype_policy(strategy, mixed_precision):
-    """The Keras dtype policy a run trains in under `strategy`: float32, or with
-    `mixed_precision` mixed_float16 (with loss scaling) on GPUs and mixed_bfloat16 on
-    TPUs and CPUs."""
-    if not mixed_precision:
-        return "float32"
-    return "mixed_float16" if device_type(strategy) == "GPU" else "mixed_bfloat16"
+    """The Keras dtype policy a run trains in: float32, or with `mixed_precision`
+    mixed_bfloat16 on every device (TPUs, GPUs from Ampere on, CPUs with AVX-512-BF16
+    or AMX). bfloat16 has float32's range, so the training step (trainers/loop.py)
+    needs no loss scaling; on a GPU without bfloat16 train in float32."""
+    del strategy  # the same on every device
+    return "mixed_bfloat16" if mixed_precision else "float32"
 
 
 def is_chief(strategy):

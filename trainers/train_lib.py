@@ -368,6 +368,10 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
     iterator = iter(make_data(step))
     user.on_train_begin()
     with preemption:
+        for evaluator in _cut_short(evals, step, run):  # by the preemption that stopped it
+            evaluators.evaluate(
+                evaluator, model, step, run, chief, preemption.evaluation_should_stop
+            )
         timer = callbacks_lib.Timer()
         while step < plan.total_steps and not model.stop_training:
             stop = _next_stop(step, plan, periods, fixed)
@@ -429,6 +433,18 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
         with strategy.scope():
             optimizer.finalize_variable_values(model.trainable_variables)
     return logger
+
+
+def _cut_short(evals, step, run):
+    """The periodic evaluators due at `step`, the step a run resumes at, that have no
+    result of it in RUN/eval_log.jsonl: a preemption ended them."""
+    if not step:
+        return []
+    done = set()
+    if run_directory.exists(run.eval_log):
+        with run_directory.open_file(run.eval_log) as f:
+            done = {(r.get("name"), r.get("step")) for r in map(json.loads, filter(str.strip, f))}
+    return [e for e in evals if e.every > 0 and step % e.every == 0 and (e.name, step) not in done]
 
 
 def _forget_after(path, step):
