@@ -134,6 +134,8 @@ def test_class_token_with_average_pooling_is_the_mean_of_the_patches(tmp_path, r
     model = keras_vit.from_weights(path, num_heads=2)
     assert model.classifier == "token_gap" and model.fc_norm
     _same_model(model, source)
+    save_timm(source, tmp_path / "hub")  # config.json: class_token, global_pool='avg'
+    _same_model(keras_vit.from_weights(str(tmp_path / "hub")), source)
     encoder = keras.Model(model.input, model.get_layer("Transformer").output)
     tokens = _outputs(encoder).astype(np.float64)  # the blocks' output (fc_norm: no final norm)
     assert tokens.shape == (2, 1 + registers + 9, 8)
@@ -177,3 +179,12 @@ def test_heads_of_a_named_architecture_without_a_class_token(tmp_path, architect
             keras_vit.from_weights(path, approximate_gelu=True)
         return
     _same_model(keras_vit.from_weights(str(folder)), source)
+
+
+def test_an_official_npz_gives_every_size_even_the_heads(tmp_path):
+    # the query kernel (D, heads, head_dim) says the heads; no argument needed
+    source = _random(hidden_size=8, num_heads=2, num_layers=2)
+    keras_vit.checkpoint.save_checkpoint(source, tmp_path / "small.npz")
+    loaded = keras_vit.from_weights(str(tmp_path / "small.npz"))
+    assert tuple(loaded.image_size) == (12, 12) and loaded.num_classes == 3
+    _same_model(loaded, source)

@@ -20,6 +20,11 @@ says, where it says it:
     posemb_resize        how the code that wrote it resizes position embeddings
                          (`keras_vit.layers.position_embedding.RESIZE_METHODS`;
                          absent: 'official')
+    sizes                patch_size, hidden_size, mlp_dim, num_heads, num_layers
+                         where the arrays' shapes give them (num_heads None where
+                         they do not: `keras_vit.checkpoint.sizes`)
+    undetermined         argument -> why, for what the file does not say and the
+                         caller must (`keras_vit.checkpoint.sizes`)
     preprocessing        the input normalisation, where it is not the authors'
                          (`keras_vit.preprocessing`: a Keras config, timm's
                          pretrained_cfg mean/std, transformers'
@@ -76,8 +81,14 @@ def from_params(params, arch=None, entry=None, name=None):
     )
     if "head/kernel" in params:
         meta["num_classes"] = int(params["head/kernel"].shape[-1])
+    # A registry name or URL is its variant's file (`entry`): its sizes are the name's.
+    sizes = official_sizes(params) if entry is None else None
+    if sizes is not None:
+        meta["sizes"] = sizes
     posemb = params.get(POSEMB)
     patch = (arch or {}).get("patch_size")
+    if sizes is not None and "given" in (arch or {}) and "patch_size" not in arch["given"]:
+        patch = sizes["patch_size"]  # the model will take the file's
     if posemb is not None and posemb.ndim == 3 and "cls" in params:
         rows = posemb.shape[1]
         if is_square(rows) and not is_square(rows - 1):  # big_vision's: patches alone
@@ -103,6 +114,30 @@ def from_params(params, arch=None, entry=None, name=None):
                 expected,
             )
     return meta
+
+
+def official_sizes(params):
+    """The sizes (patch_size, hidden_size, mlp_dim, num_heads, num_layers) a plain
+    ViT's official arrays have: the patch embedding's kernel (P, P, C, D), the MLP's
+    (D, mlp), the attention's query kernel (D, heads, head_dim), the blocks. None for
+    a hybrid's (its ResNet is not read from them) or arrays without those keys."""
+    block = "Transformer/encoderblock_0/"
+    kernel = params.get("embedding/kernel")
+    query = params.get(block + "MultiHeadDotProductAttention_1/query/kernel")
+    mlp = params.get(block + "MlpBlock_3/Dense_0/kernel")
+    if "conv_root/kernel" in params or any(
+        a is None or np.ndim(a) != n for a, n in ((kernel, 4), (query, 3), (mlp, 2))
+    ):
+        return None
+    layers = {k.split("/")[1] for k in params if k.startswith("Transformer/encoderblock_")}
+    height, width = int(kernel.shape[0]), int(kernel.shape[1])
+    return {
+        "patch_size": height if height == width else [height, width],
+        "hidden_size": int(kernel.shape[-1]),
+        "mlp_dim": int(mlp.shape[-1]),
+        "num_heads": int(query.shape[1]),
+        "num_layers": len(layers),
+    }
 
 
 def from_config(config):
