@@ -110,10 +110,10 @@ def machine_info():
     return info
 
 
-def source_commit():
+def source_commit(root=None):
     """The measured code's commit (short hash, '+dirty' with uncommitted changes to
-    tracked files), or None outside a git checkout."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tracked files), or None outside a git checkout; `root`: another checkout's."""
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True

@@ -16,6 +16,9 @@ skipped when WORK/<variant>[_r<repeat>]/metrics.json exists):
   float32_xla_records, float32_xla_cache_decoded  float32 XLA with the training
                       records read and decoded every step, or decoded once into memory
                       (--config.input.cache_decoded False / True)
+With --baseline_tree (a checkout of another commit: `git worktree add /tmp/base COMMIT`),
+each run is followed by the same run of that tree's trainer (`<variant>@baseline`), so
+that two versions of the trainer are compared in one run, alternating.
 Speed is the trainer's train_images_per_second: the median images/s of the
 --steps / --interval logged intervals after the first (which holds the compilation);
 with --repeats, the median of the runs' (each run's figure is kept too). The
@@ -58,6 +61,9 @@ flags.DEFINE_integer("interval", 50, "Steps per logged interval.")
 flags.DEFINE_list("variants", list(VARIANTS), "Which variants to run.")
 flags.DEFINE_integer("repeats", 1, "Runs of each variant, in turn.")
 flags.DEFINE_string("output_json", None, "Results file (default WORK/results.json).")
+flags.DEFINE_string(
+    "baseline_tree", None, "Another checkout whose trainer runs after each run (VARIANT@baseline)."
+)
 FLAGS = flags.FLAGS
 
 
@@ -77,12 +83,23 @@ def main(argv):
         "machine": machine_info(),
         "runs": {},
     }
-    speeds = {variant: [] for variant in FLAGS.variants}
-    for repeat, variant in itertools.product(range(FLAGS.repeats), FLAGS.variants):
-        name = variant if FLAGS.repeats == 1 else f"{variant}_r{repeat}"
+    arms = [(v, None) for v in FLAGS.variants]
+    if FLAGS.baseline_tree:
+        results["baseline_commit"] = source_commit(FLAGS.baseline_tree)
+        baseline_env = trainer_runs.other_tree_env(
+            FLAGS.baseline_tree, os.path.join(FLAGS.work_dir, "baseline_packages")
+        )
+        arms = [arm for v in FLAGS.variants for arm in ((v, None), (v, baseline_env))]
+    speeds = {}
+    for repeat, (variant, env) in itertools.product(range(FLAGS.repeats), arms):
+        label = variant if env is None else f"{variant}@baseline"
+        name = label if FLAGS.repeats == 1 else f"{label}_r{repeat}"
+        config = FLAGS.config
+        if env is not None and not os.path.isabs(config):
+            config = os.path.join(os.path.abspath(FLAGS.baseline_tree), config)
         command = commands.trainer_command(
             "pretrain",
-            FLAGS.config,
+            config,
             os.path.abspath(FLAGS.data_dir),
             os.path.join(FLAGS.work_dir, name),
             "--strategy=default",
@@ -92,12 +109,12 @@ def main(argv):
             "--config.evals.test.every=-1",
             *VARIANTS[variant],
         )
-        metrics = trainer_runs.run_once(FLAGS.work_dir, name, command)
+        metrics = trainer_runs.run_once(FLAGS.work_dir, name, command, env=env)
         # the trainer's: the median interval after the first (compilation)
-        speeds[variant].append(metrics["train_images_per_second"])
-        results["runs"][variant] = {
-            "images_per_second": statistics.median(speeds[variant]),
-            "runs_images_per_second": speeds[variant],
+        speeds.setdefault(label, []).append(metrics["train_images_per_second"])
+        results["runs"][label] = {
+            "images_per_second": statistics.median(speeds[label]),
+            "runs_images_per_second": speeds[label],
             "jit_compile": metrics.get("jit_compile"),
             "flags": list(VARIANTS[variant]),
         }

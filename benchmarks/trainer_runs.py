@@ -15,14 +15,44 @@ import time
 from keras_vit_cli.commands import ROOT
 
 
-def run_once(work_dir, name, command):
-    """WORK/<name>/metrics.json, running `command` first unless it exists."""
+def run_once(work_dir, name, command, env=None):
+    """WORK/<name>/metrics.json, running `command` (in `env`: default this process's)
+    first unless it exists."""
     metrics = os.path.join(work_dir, name, "metrics.json")
     if not os.path.exists(metrics):
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(command)}", flush=True)
-        subprocess.run(command, cwd=ROOT, check=True)
+        subprocess.run(command, cwd=ROOT, check=True, env=env)
     with open(metrics) as f:
         return json.load(f)
+
+
+# The folder -> package map of setup.cfg [options] package_dir (its one owner), for
+# `other_tree_env`.
+PACKAGES = {
+    "keras_vit": "keras_vit",
+    "keras_vit_benchmarks": "benchmarks",
+    "keras_vit_cli": "cli",
+    "keras_vit_configs": "configs",
+    "keras_vit_data": "data",
+    "keras_vit_deploy": "deploy",
+    "keras_vit_tools": "tools",
+    "keras_vit_trainers": "trainers",
+}
+
+
+def other_tree_env(tree, shim_dir):
+    """An environment in which `python -m keras_vit_trainers.pretrain` runs the code of
+    `tree` (a checkout of another commit, e.g. `git worktree add`): `shim_dir` gets a
+    link per installed package name to its folder in `tree` and goes first on
+    PYTHONPATH, ahead of this checkout's editable install."""
+    os.makedirs(shim_dir, exist_ok=True)
+    for package, folder in PACKAGES.items():
+        link = os.path.join(shim_dir, package)
+        if not os.path.islink(link):
+            os.symlink(os.path.join(os.path.abspath(tree), folder), link)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [shim_dir, env.get("PYTHONPATH")]))
+    return env
 
 
 def export_random_init(config, run_dir, seed, num_classes, like=None):

@@ -2,10 +2,10 @@
 trainers/finetune.py): the one place that knows its layout.
 
     RUN/config.json          the run's full config (ml_collections, as JSON)
-    RUN/checkpoints/         the resumable state: model + optimizer + EMA
-                             (Keras BackupAndRestore files), every
-                             `checkpoint_every` steps; workers other than the chief
-                             keep theirs in RUN/workers/worker_<i>/
+    RUN/checkpoints/         the resumable state (tf.train checkpoints ckpt-STEP, the
+                             chief's, one copy per job): model + optimizer + EMA +
+                             random generators, every `checkpoint_every` steps; the
+                             newest few, and history/ (one every N steps, kept)
     RUN/tensorboard/<kind>/  TensorBoard event files: train, eval, fewshot
     RUN/train_log.jsonl      one JSON line per checkpoint interval (step, loss, ...)
     RUN/eval_log.jsonl       periodic evaluator results, one JSON line each
@@ -35,7 +35,6 @@ import os
 
 CONFIG = "config.json"
 CHECKPOINTS = "checkpoints"
-WORKERS = "workers"
 TENSORBOARD = "tensorboard"
 TRAIN_LOG = "train_log.jsonl"
 EVAL_LOG = "eval_log.jsonl"
@@ -140,11 +139,9 @@ class RunDirectory:
     def class_names(self):
         return self.file(CLASS_NAMES)
 
-    def checkpoints(self, worker=None):
-        """The resumable state's folder: the chief's, or worker `worker`'s own."""
-        if worker is None:
-            return self.file(CHECKPOINTS)
-        return os.path.join(self.path, WORKERS, f"worker_{int(worker)}")
+    def checkpoints(self):
+        """The resumable state's folder (trainers/checkpointing.py writes it)."""
+        return self.file(CHECKPOINTS)
 
     def tensorboard(self, kind):
         """The TensorBoard folder of `kind` ('train', 'eval', 'fewshot')."""

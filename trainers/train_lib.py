@@ -383,7 +383,7 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
             if window:
                 window.after_steps(step)
             if not any(step % p == 0 for p in periods) and step != plan.total_steps:
-                user.on_train_batch_end(step - 1)
+                user.on_train_batch_end(step - 1, dict(logger.last_logs))
                 if progress:
                     progress.update(step, logger.last_logs)
                 preemption.after_steps(step)
