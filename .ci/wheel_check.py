@@ -17,6 +17,15 @@
    tests/test_fidelity.py; checks decode_predictions (the shipped class names) and that
    `keras_vit.__version__` is the wheel's version.
 
+5. Installs the wheel with its `tensorflow-cpu,train` extras (`PROGRAM_EXTRAS`) into a
+   second fresh venv and, from an empty folder, runs the programs as a user of the wheel
+   does (`PROGRAMS`): `keras-vit-make-tfrecords` on a small folder of PNG images the check
+   draws, `keras-vit-demo --steps=2` on those records (its recipe found in the installed
+   configs, its trainer and export tools started as modules), `keras-vit-pretrain
+   --config=fashion_mnist` (a recipe by name) for two steps, `keras-vit-export-savedmodel`
+   of that run, and `keras-vit-pretrain --help` (exit 0, its own usage). Everything they
+   write must be under the folder (`check_written`): nothing in site-packages.
+
 Prints one line per step; a failure exits non-zero with one line naming the problem.
 """
 
@@ -167,9 +176,9 @@ def build(src, dist):
     return wheels[0], sdists[0]
 
 
-def install(venv, wheel):
-    """A fresh venv holding the wheel, its requirements and its EXTRA; returns its Python
-    and the seconds taken."""
+def install(venv, wheel, extras=EXTRA):
+    """A fresh venv holding the wheel, its requirements and its `extras`; returns its
+    Python and the seconds taken."""
     started = time.monotonic()
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], "python -m venv")
     python = venv / "bin" / "python"
@@ -184,9 +193,9 @@ def install(venv, wheel):
             "install",
             "-q",
             "--no-compile",  # Python compiles what it imports: a third of the time saved
-            f"{wheel}[{EXTRA}]",
+            f"{wheel}[{extras}]",
         ],
-        f"pip install {wheel.name}[{EXTRA}]",
+        f"pip install {wheel.name}[{extras}]",
     )
     return python, time.monotonic() - started
 
@@ -285,6 +294,122 @@ def check_installed(report, logits, expected, atol, decoded, version):
     return error[worst]
 
 
+# Step 5: the extras the programs need, and a small image folder for them.
+PROGRAM_EXTRAS = "tensorflow-cpu,train"
+IMAGE_SPLITS = {"train": 8, "test": 4}  # PNGs per class and split
+IMAGE_CLASSES = ("a", "b", "c")
+IMAGE_SIDE = 28  # the demo recipes' image size
+# A model of milliseconds per step, whatever the recipe, and batches the folder fills.
+TINY_FLAGS = (
+    "--config.batch_size=8",
+    "--config.evals.test.batch_size=8",
+    "--config.jit_compile=False",
+)
+VIT_FLAGS = (
+    "--config.model.hidden_size=16",
+    "--config.model.mlp_dim=32",
+    "--config.model.num_heads=2",
+    "--config.model.num_layers=1",
+    "--config.model.patch_size=7",
+)
+# (what, the command from the empty folder); `{run}` is the pre-training run's folder.
+PROGRAMS = (
+    (
+        "keras-vit-make-tfrecords on a folder of images",
+        ["keras-vit-make-tfrecords", "--source=folder:images", "--output_dir=data", "--noprogress"],
+    ),
+    ("keras-vit-demo --steps=2", ["keras-vit-demo", "--steps=2", "--data_dir=data", *TINY_FLAGS]),
+    (
+        "keras-vit-pretrain --config=fashion_mnist",
+        [
+            "keras-vit-pretrain",
+            "--config=fashion_mnist",
+            "--data_dir=data",
+            "--model_dir=runs/vit",
+            "--config.total_steps=2",
+            "--config.warmup_steps=0",
+            *TINY_FLAGS,
+            *VIT_FLAGS,
+        ],
+    ),
+    (
+        "keras-vit-export-savedmodel",
+        ["keras-vit-export-savedmodel", "--run_dir=runs/vit", "--output=runs/vit/export/1"],
+    ),
+    ("keras-vit-pretrain --help", ["keras-vit-pretrain", "--help"]),
+)
+# What the folder holds after them: the check's images, and what the programs wrote.
+WRITTEN = {"images", "data", "runs"}
+
+
+def write_images(folder):
+    """IMAGE_SPLITS' grey PNGs in folder/{split}/{class}/ (class k: band k bright)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    band = IMAGE_SIDE // len(IMAGE_CLASSES)
+    for split, count in IMAGE_SPLITS.items():
+        for k, name in enumerate(IMAGE_CLASSES):
+            (folder / split / name).mkdir(parents=True)
+            for i in range(count):
+                pixels = rng.integers(0, 60, (IMAGE_SIDE, IMAGE_SIDE), dtype=np.uint8)
+                pixels[k * band : (k + 1) * band] += 150
+                Image.fromarray(pixels).save(folder / split / name / f"{i}.png")
+
+
+def listing(folder):
+    """The names in `folder` (a set)."""
+    return {path.name for path in folder.iterdir()}
+
+
+def check_written(cwd_names, site_before, site_after):
+    """The programs wrote only under the folder they ran in: it holds WRITTEN alone,
+    and site-packages (its names before and after) gained nothing."""
+    if cwd_names != WRITTEN:
+        raise CheckError(
+            f"the programs' folder holds {sorted(cwd_names)}, expected {sorted(WRITTEN)}"
+        )
+    added = sorted(site_after - site_before)
+    if added:
+        raise CheckError(f"the programs wrote {added} into site-packages")
+
+
+def site_packages(python):
+    """The fresh venv's site-packages folder."""
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(run([str(python), "-I", "-c", code], "sysconfig").strip())
+
+
+def run_programs(python, cwd, home):
+    """Step 5's programs in the venv of `python`, from the empty folder `cwd`; returns
+    the seconds each took and `--help`'s output."""
+    bin_dir = python.parent
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KERAS_BACKEND")}
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        KERAS_HOME=str(home / "keras"),
+        HOME=str(home),  # nothing of the user's: TFDS, matplotlib and Keras write under HOME
+        CUDA_VISIBLE_DEVICES="",
+    )
+    write_images(cwd / "images")
+    site = site_packages(python)
+    before = listing(site)
+    seconds, output = {}, ""
+    for what, command in PROGRAMS:
+        started = time.monotonic()
+        output = run([str(bin_dir / command[0]), *command[1:]], what, cwd=cwd, env=env)
+        seconds[what] = time.monotonic() - started
+    check_written(listing(cwd), before, listing(site))
+    return seconds, output
+
+
+def check_help(output):
+    """`keras-vit-pretrain --help` printed the program's own usage and an example."""
+    for expected in ("keras-vit-pretrain --config=", "Example", "--model_dir"):
+        if expected not in output:
+            raise CheckError(f"keras-vit-pretrain --help printed no {expected!r}")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="keras_vit_wheel_") as temp:
         temp = Path(temp)
@@ -310,6 +435,17 @@ def main():
             f"{report['jax']} (no {', '.join(HEAVY)}), KERAS_BACKEND=numpy, outside the "
             f"repository: logits {logits.shape} within {atol:g} of the float64 reference "
             f"(largest difference {error:.2g}), ImageNet class names shipped"
+        )
+        programs_python, seconds = install(temp / "venv_programs", wheel, PROGRAM_EXTRAS)
+        say(f"installed {wheel.name}[{PROGRAM_EXTRAS}] into a fresh venv ({seconds:.0f} s)")
+        empty = temp / "empty"
+        empty.mkdir()
+        seconds, help_text = run_programs(programs_python, empty, temp / "home")
+        check_help(help_text)
+        say(
+            "from an empty folder: "
+            + ", ".join(f"{what} ({s:.0f} s)" for what, s in seconds.items())
+            + f"; they wrote only {', '.join(sorted(WRITTEN - {'images'}))}/ there"
         )
 
 

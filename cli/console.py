@@ -520,6 +520,8 @@ def run_app(main, flags_parser=None):
 
     module = getattr(main, "__module__", "__main__")
     doc = getattr(sys.modules.get(module), "__doc__", None)
+    if module.startswith("keras_vit_"):  # installed: the same program from any folder
+        doc = f"{(doc or '').strip()}\n\nFrom any folder: python -m {module} [flags]"
 
     def _parse(argv):
         exit_with_help(argv, doc, [module])

@@ -192,3 +192,25 @@ def test_the_right_run_passes():
 def test_a_wrong_run_is_named(changes, message):
     with pytest.raises(wheel_check.CheckError, match=message):
         _check(**changes)
+
+
+def test_the_programs_wrote_only_under_their_folder():
+    site = {"keras_vit", "keras"}
+    wheel_check.check_written(set(wheel_check.WRITTEN), site, site)
+    with pytest.raises(wheel_check.CheckError, match=r"holds \['data', 'images', 'junk', 'runs'\]"):
+        wheel_check.check_written({*wheel_check.WRITTEN, "junk"}, site, site)
+    with pytest.raises(wheel_check.CheckError, match=r"wrote \['runs'\] into site-packages"):
+        wheel_check.check_written(set(wheel_check.WRITTEN), site, {*site, "runs"})
+
+
+def test_the_help_check_wants_the_programs_own_usage():
+    wheel_check.check_help("Usage:\n  keras-vit-pretrain --config=X --model_dir=RUN\nExample: ...")
+    with pytest.raises(wheel_check.CheckError, match="printed no 'Example'"):
+        wheel_check.check_help("USAGE: keras-vit-pretrain --config=X --model_dir=RUN")
+
+
+def test_the_image_folder_is_what_make_tfrecords_reads(tmp_path):
+    wheel_check.write_images(tmp_path)
+    for split, count in wheel_check.IMAGE_SPLITS.items():
+        for name in wheel_check.IMAGE_CLASSES:
+            assert len(list((tmp_path / split / name).glob("*.png"))) == count

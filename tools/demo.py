@@ -18,11 +18,15 @@ fashion_mnist_hybrid; the plain ViT: --config=fashion_mnist).
 
 Usage:
   keras-vit-demo [--model_dir=runs/fashion_mnist_hybrid] [--data_dir=runs/data/fashion_mnist]
-                 [--config=fashion_mnist | --config=PATH.py] [extra trainer flags]
+                 [--config=fashion_mnist | --config=PATH.py] [--steps=N]
+                 [extra trainer flags, e.g. --config.batch_size=64]
   (python tools/demo.py ... in the repository, python -m keras_vit_tools.demo anywhere)
 
 Example, a two-step run (a check that everything works, not a trained model):
-  keras-vit-demo --config.total_steps=2 --config.evals.test.every=0
+  keras-vit-demo --steps=2
+
+--steps=N trains N steps instead of the config's, its warm-up a fifteenth of them, one
+checkpoint and one test evaluation at the end (flags given after it still win).
 
 --config takes an installed recipe's name or a config file's path (keras_vit_configs.find);
 every other --config.KEY=VALUE flag goes to the trainer.
@@ -50,6 +54,17 @@ def _opt(args, name, default):
     return default
 
 
+def short_run(steps):
+    """The trainer flags of a `steps`-step run (--steps): the warm-up a fifteenth of it
+    (the demo configs' share), one checkpoint and one test evaluation, at the end."""
+    return [
+        f"--config.total_steps={steps}",
+        f"--config.warmup_steps={steps // 15}",
+        f"--config.checkpoint_every={steps}",
+        "--config.evals.test.every=0",
+    ]
+
+
 def _step(cmd, **kwargs):
     """Runs one of the demo's programs; where it fails (its own one line printed), the
     demo exits with its code."""
@@ -64,6 +79,11 @@ def main(argv):
         print(__doc__.strip())
         return None
     given = _opt(args, "config", DEMO_CONFIG)
+    steps = _opt(args, "steps", None)
+    if steps is not None:
+        if not (steps.isdigit() and int(steps) > 0):
+            console.fail(f"--steps={steps}: expected a positive number of steps", console.USAGE)
+        args = [*short_run(int(steps)), *args]
     data_dir = _opt(args, "data_dir", commands.DEMO_DATA_DIR)
     try:
         config = keras_vit_configs.find(given)  # before any data is written
