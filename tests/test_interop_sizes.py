@@ -188,3 +188,20 @@ def test_an_official_npz_gives_every_size_even_the_heads(tmp_path):
     loaded = keras_vit.from_weights(str(tmp_path / "small.npz"))
     assert tuple(loaded.image_size) == (12, 12) and loaded.num_classes == 3
     _same_model(loaded, source)
+
+
+def test_a_transformers_family_folder_of_other_sizes_is_told_them(tmp_path):
+    # a DINOv2-style transformers folder (its config.json records every size) into a
+    # model built at other sizes: the sizes and flags that fit, nothing assigned
+    from keras_vit.checkpoint import save_transformers
+
+    options = dict(layer_scale_init=0.1, approximate_gelu=False, include_top=False)
+    source = _random(hidden_size=8, num_heads=2, **options)
+    save_transformers(source, tmp_path / "hf")
+    other = keras_vit.VisionTransformer(**{**SMALL, **options, "hidden_size": 16, "num_heads": 4})
+    before = [w.copy() for w in other.get_weights()]
+    with pytest.raises(CheckpointError, match=r"has hidden_size=8, num_heads=2; the model"):
+        keras_vit.load_weights(other, str(tmp_path / "hf"))
+    for a, b in zip(other.get_weights(), before):
+        np.testing.assert_array_equal(a, b)
+    _same_model(keras_vit.from_weights(str(tmp_path / "hf"), include_top=False), source)

@@ -44,6 +44,7 @@ import re
 
 import numpy as np
 
+from keras_vit.checkpoint import sizes as sizes_lib
 from keras_vit.checkpoint import torch_layout
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.refused import refuse
@@ -195,11 +196,7 @@ def open_state(origin, state, config, preprocessing=None):
     }
 
     def read(model):
-        if int(model.num_heads) != num_heads:
-            raise CheckpointError(
-                f"{origin}: config.json has num_attention_heads {num_heads}, the model "
-                f"{model.num_heads}."
-            )
+        sizes_lib.check_fits(origin, sizes, model)  # the model's sizes, or the flags that fit
         return _split_heads(params, num_heads)
 
     return meta, read, sizes
