@@ -205,3 +205,18 @@ def test_a_transformers_family_folder_of_other_sizes_is_told_them(tmp_path):
     for a, b in zip(other.get_weights(), before):
         np.testing.assert_array_equal(a, b)
     _same_model(keras_vit.from_weights(str(tmp_path / "hf"), include_top=False), source)
+
+
+def test_a_token_gap_model_is_saved_and_rebuilt(tmp_path):
+    source = _random(hidden_size=8, num_heads=2, classifier="token_gap", fc_norm=True)
+    source.save(tmp_path / "m.keras")
+    again = keras.saving.load_model(tmp_path / "m.keras")
+    assert again.classifier == "token_gap"
+    np.testing.assert_array_equal(_outputs(again), _outputs(source))
+    # headless: the class token's own output is still there, apart from the pooled mean
+    token = keras_vit.VisionTransformer(
+        **{**SMALL, "hidden_size": 8, "num_heads": 2, "classifier": "token_gap"},
+        include_top=False,
+        pooling="token",
+    )
+    assert tuple(token.output.shape) == (None, 8)
