@@ -52,9 +52,26 @@ PYTEST_WORKERS ?= 2
 test: setup data lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests
 	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -k "not xla or no_xla" $(NUMERIC_TESTS)
+	$(MAKE) --no-print-directory test-oldest-keras
 	$(PY) -m pip install -q -e '.[torch,interop-test]'
 	KERAS_BACKEND=torch $(PY) -m pytest -q $$(cat tests/torch_stage.txt)
 	$(MAKE) --no-print-directory wheel-check
+
+# The library's core tests (fidelity, layers, serialisation) on the oldest Keras that
+# setup.cfg's install_requires allows (`keras>=X`): a user's pip may pick any Keras in the
+# range, and the venv has the newest. That Keras alone goes first on PYTHONPATH (TensorFlow
+# and the rest stay the venv's), installed once under the venv; the version is checked.
+OLDEST_KERAS := $(shell sed -n 's/^ *keras>=\([0-9.]*\),.*/\1/p' setup.cfg)
+OLDEST_KERAS_DIR := $(abspath $(VENV)/keras-$(OLDEST_KERAS))
+CORE_TESTS := tests/test_fidelity.py tests/test_layers.py tests/test_serialization.py
+.PHONY: test-oldest-keras
+test-oldest-keras: setup
+	test -f $(OLDEST_KERAS_DIR)/.installed || ( rm -rf $(OLDEST_KERAS_DIR) && \
+	  $(PY) -m pip install -q --no-deps --target $(OLDEST_KERAS_DIR) keras==$(OLDEST_KERAS) && \
+	  touch $(OLDEST_KERAS_DIR)/.installed )
+	PYTHONPATH=$(OLDEST_KERAS_DIR) $(PY) -c "import keras; from packaging.version import Version; \
+	  assert Version(keras.__version__) == Version('$(OLDEST_KERAS)'), keras.__file__"
+	PYTHONPATH=$(OLDEST_KERAS_DIR) $(PY) -m pytest -q $(CORE_TESTS)
 
 # The inner loop (docs/testing.md): the suite without the tests marked slow (tests/conftest.py
 # SLOW_MODULES, SLOW_TESTS), on the same two workers; no lint, no other stages.
