@@ -79,7 +79,9 @@ def test_help_prints_the_programs_usage_and_exits_0(script, tmp_path):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    return testing.make_tiny_data(str(tmp_path_factory.mktemp("data")))
+    folder = str(tmp_path_factory.mktemp("data"))
+    testing.make_tiny_data(folder)
+    return folder
 
 
 def test_the_demo_from_an_empty_folder_writes_only_there(data, tmp_path):

@@ -110,7 +110,9 @@ def test_the_shipped_sizes_pass(recipe):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    return testing.make_tiny_data(str(tmp_path_factory.mktemp("data")))
+    folder = str(tmp_path_factory.mktemp("data"))
+    testing.make_tiny_data(folder)
+    return folder
 
 
 ISSUE_CASES = {  # the issue's two command lines
