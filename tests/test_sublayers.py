@@ -16,6 +16,9 @@ class _Holder(keras.layers.Layer):
         self.shared = self.alone  # the same layer twice: listed once
         self._hidden = keras.layers.Dense(2, name="hidden")
 
+    def build(self, input_shape):
+        self.alone.build(input_shape)
+
     def call(self, x):
         return self.alone(x)
 
