@@ -33,6 +33,7 @@ report linear probes (DINOv2, SigLIP, CLIP) or ImageNet fine-tunes with AdamW (D
 
 from ml_collections.config_dict import placeholder
 
+from keras_vit.checkpoint.sizes import SIZE_KEYS  # the sizes model_overrides can set
 from keras_vit_configs import cifar10
 
 # family -> the builder whose options the model takes (the file's win over them).
@@ -43,8 +44,6 @@ FAMILIES = {
     "clip": "CLIP_B16",
 }
 LAYER_DECAY = 0.75  # BEiT's and MAE's for ViT-B (module docstring)
-# The sizes --config.model_overrides can set (None: the builder's), for a file of another size.
-SIZE_KEYS = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")
 
 
 def get_config(family="dinov2"):

@@ -112,6 +112,7 @@ CHOICE_KEYS = (
     "input.strict",
     "input.synthetic",
     "input.cache_decoded",  # decoded once into memory, or every record every epoch
+    "checkpoint_async",  # saved in TensorFlow's background thread, or not
 )
 # Keys that take another path only when on, with the value that is off.
 SWITCH_KEYS = {
@@ -126,6 +127,7 @@ SWITCH_KEYS = {
     "weight_decay_exclude": (),
     "train_examples": 0,
     "input.data_service": None,  # batches from tf.data service workers
+    "checkpoint_keep_every": 0,  # a history of checkpoints: a second manager
 }
 # Keys read through their own rule in `path_key` (the objective's, the augmentation's,
 # the model's and the evaluators').
@@ -153,6 +155,8 @@ VALUE_KEYS = (
     "beta1",
     "beta2",
     "checkpoint_every",
+    "checkpoint_keep",  # how many of the newest checkpoints stay
+    "resume_step",  # which checkpoint a rerun resumes from: none in the recipes
     "log_every",  # TensorBoard points: the same steps and callbacks on any value
     "collective_timeout",  # multi-worker collectives' timeout: a value of the strategy
     "profile_steps",  # a profiler window: tracing only, the same steps

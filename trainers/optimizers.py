@@ -30,7 +30,7 @@ def _copies(variable):
     """The tf.Variables that hold a Keras variable: one per device under a strategy."""
     import tensorflow as tf
 
-    value = getattr(variable, "value", variable)
+    value = variable.value if isinstance(variable, keras.Variable) else variable
     try:
         return list(tf.distribute.get_strategy().experimental_local_results(value))
     except (TypeError, ValueError):
@@ -45,7 +45,11 @@ class _Rules:
         self.rules = rules
 
     def of(self, variable):
-        return self.rules[id(getattr(variable, "value", variable))]
+        """The rule of `variable`: the tf.Variable (on one device) that Keras' update
+        hands `update_step`, or a Keras variable."""
+        if isinstance(variable, keras.Variable):
+            variable = variable.value
+        return self.rules[id(variable)]
 
 
 class LayerwiseLearningRate:

@@ -78,8 +78,9 @@ def model_factory(config, init=None):
     if isinstance(init, keras_vit.checkpoint.Source):
         if init.kind == RUN_DIRECTORY_KIND:
             spec = init.config
-        else:  # a timm / transformers checkpoint: its family's options and normalisation
-            overrides = {**options_of_init(init, overrides), **overrides}
+        else:  # a timm / transformers checkpoint: its sizes, family options, normalisation
+            from_file = {**sizes_of_init(init, overrides), **options_of_init(init, overrides)}
+            overrides = {**from_file, **overrides}
     overrides["image_size"] = config.image_size
 
     def make_model(**kwargs):
@@ -120,6 +121,16 @@ def open_init(init, variant=None):
     if run_directory.is_run(init) or interop.claims(os.fspath(init)):
         return keras_vit.checkpoint.open_source(init)
     return init
+
+
+def sizes_of_init(init, overrides):
+    """The sizes (`keras_vit.checkpoint.sizes.SIZE_KEYS`) the opened timm /
+    transformers `init` records (its config's, else its shapes') that `overrides`
+    (config.model_overrides) leave open: a family config fits a file of any size."""
+    from keras_vit.checkpoint.sizes import SIZE_KEYS
+
+    found = {**(init.metadata.get("sizes") or {}), **(init.config or {})}
+    return {k: found[k] for k in SIZE_KEYS if found.get(k) is not None and k not in overrides}
 
 
 def options_of_init(init, overrides):
