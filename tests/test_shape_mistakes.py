@@ -187,3 +187,45 @@ def test_fail_shows_a_traceback_only_when_asked(capsys, monkeypatch, raising):
     else:  # where the program found the mistake
         assert __name__.split(".")[-1] in err and "_fail_output" in err, err
     assert sys.exc_info()[0] is None
+
+
+# Other programs' one-line errors (cli/console.fail through run_app, and the demo's own):
+# (command, the error line's start).
+OTHER_PROGRAMS = {
+    "make_tfrecords": (
+        commands.tool_command(
+            "make_tfrecords", "--source=folder:{missing}", "--output_dir={missing}_out"
+        ),
+        "error: --source=folder:{missing}: no such directory",
+    ),
+    "demo": (
+        commands.tool_command("demo", "--config=no_such_recipe", "--data_dir={missing}"),
+        "error: --config=no_such_recipe: no such file nor installed config",
+    ),
+}
+
+
+@pytest.mark.parametrize("program", list(OTHER_PROGRAMS))
+def test_every_program_shows_the_traceback_when_asked(program, tmp_path):
+    missing = str(tmp_path / "missing")
+    command, start = (
+        [a.replace("{missing}", missing) for a in OTHER_PROGRAMS[program][0]],
+        OTHER_PROGRAMS[program][1].replace("{missing}", missing),
+    )
+    errs = {}
+    with contextlib.ExitStack() as stack:
+        started = {}
+        for asked in (False, True):
+            env = testing.env()
+            env.pop(console.TRACEBACK_ENV, None)
+            if asked:
+                env[console.TRACEBACK_ENV] = "1"
+            started[asked] = stack.enter_context(testing.started(command, env=env, cwd=tmp_path))
+        for asked, process in started.items():
+            errs[asked] = process.communicate(timeout=WAIT_S)[1]
+            assert process.returncode == 2, errs[asked][-3000:]
+    for asked, err in errs.items():
+        last = [line for line in err.splitlines() if line.strip()][-1]
+        assert last.startswith(start), err[-3000:]
+        assert ("Traceback (most recent call last)" in err) == asked, err[-3000:]
+    assert os.listdir(tmp_path) == []
