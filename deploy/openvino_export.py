@@ -27,6 +27,7 @@ Needs the `openvino` extra (openvino; nncf for the int8 precisions):
 pip install -e '.[openvino]'.
 """
 
+import logging
 import os
 import tempfile
 
@@ -126,6 +127,8 @@ def compress(converted, precision, calibration=None):
     """`converted` (float32, modified in place where nncf does so) at `precision`,
     with its inference precision written into the file's rt_info."""
     _check_precision(precision, calibration)
+    if precision in ("int8_weights", "int8"):
+        require("nncf").set_log_level(logging.WARNING)  # not its statistics tables
     if precision == "int8_weights":
         converted = require("nncf").compress_weights(converted)
     elif precision == "int8":

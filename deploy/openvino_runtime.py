@@ -81,7 +81,9 @@ class OpenVINOClassifier(Runtime):
 
     def with_threads(self, num_threads):
         """The same file compiled for `num_threads` threads."""
-        return OpenVINOClassifier(self.path, num_threads, self.batch_size, self.requested_precision)
+        return OpenVINOClassifier(
+            self.path, num_threads, self.requested_batch, self.requested_precision
+        )
 
     def inference_precision(self):
         """What the CPU plugin computes in ('float32' or 'bfloat16'), as compiled:
