@@ -445,7 +445,7 @@ def main():
         say(
             "from an empty folder: "
             + ", ".join(f"{what} ({s:.0f} s)" for what, s in seconds.items())
-            + f"; they wrote only {', '.join(sorted(WRITTEN - {'images'}))}/ there"
+            + f"; they wrote only {', '.join(f'{n}/' for n in sorted(WRITTEN - {'images'}))} there"
         )
 
 
