@@ -27,7 +27,16 @@ console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow
 
 from absl import flags
 
-from keras_vit_deploy import datasets, onnx_export, onnx_file, onnx_runtime, preprocessing, serving
+from keras_vit_benchmarks.machine import machine_info
+from keras_vit_deploy import (
+    datasets,
+    onnx_export,
+    onnx_file,
+    onnx_runtime,
+    preprocessing,
+    recommend,
+    serving,
+)
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib
 from keras_vit_deploy.onnx_packages import ExportError, require_packages
@@ -77,6 +86,8 @@ def main(argv):
         f"batch {batch}, opset {exported['opset']}, outputs {', '.join(exported['outputs'])}); "
         f"ops: {', '.join(counts)}"
     )
+    recommended = recommend.recommendation(machine_info()["cpu_kind"])
+    print(recommend.sentence(recommended))
     if FLAGS.report:
         pixels, labels = evaluation
         source = {"run_dir": FLAGS.run_dir, "model": FLAGS.model, "weights": FLAGS.weights}
@@ -87,6 +98,7 @@ def main(argv):
             "eval_data": FLAGS.eval_data or "fashion_mnist_test",
             "dynamic_batch": FLAGS.dynamic_batch,
             "export_check": exported["check"],
+            "recommended_runtime": recommended,
         }
         result = report_lib.build_report(
             onnx_runtime.ONNXClassifier(FLAGS.output),

@@ -23,9 +23,10 @@ from absl import flags
 
 from keras_vit import run_directory
 from keras_vit.checkpoint import interop
+from keras_vit_benchmarks.machine import machine_info
 from keras_vit_data import image_header
 from keras_vit_deploy import flags as deploy_flags
-from keras_vit_deploy import serving, sources
+from keras_vit_deploy import recommend, serving, sources
 
 FLAGS = flags.FLAGS
 deploy_flags.define_export_flags("SavedModel directory to write.")
@@ -93,6 +94,7 @@ def main(argv):
         f"{outputs.channels} channels, {returns}; signatures: {', '.join(signatures)}; "
         f"encoded images up to {FLAGS.max_pixels} pixels"
     )
+    print(recommend.sentence(recommend.recommendation(machine_info()["cpu_kind"])))
 
 
 if __name__ == "__main__":

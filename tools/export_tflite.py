@@ -25,7 +25,8 @@ console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow
 
 from absl import flags
 
-from keras_vit_deploy import datasets, preprocessing, serving, tflite, tflite_runtime
+from keras_vit_benchmarks.machine import machine_info
+from keras_vit_deploy import datasets, preprocessing, recommend, serving, tflite, tflite_runtime
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib
 
@@ -102,6 +103,8 @@ def main(argv):
         f"Wrote {FLAGS.output} ({len(content)} bytes, {FLAGS.quantization}, {output}); ops: "
         f"{', '.join(tflite.operator_counts(content))}"
     )
+    recommended = recommend.recommendation(machine_info()["cpu_kind"])
+    print(recommend.sentence(recommended))
     if FLAGS.report:
         pixels, labels = evaluation
         source = (
@@ -115,6 +118,7 @@ def main(argv):
             "source": {k: v for k, v in source.items() if v},
             "eval_data": FLAGS.eval_data or "fashion_mnist_test",
             "representative_data": FLAGS.representative_data,
+            "recommended_runtime": recommended,
         }
         result = report_lib.build_report(
             tflite_runtime.TFLiteClassifier(content),
