@@ -9,7 +9,7 @@ alternating order (old, new, new, old, ...), so that drift in the machine's load
 hits both alike: each process builds the variant at its default (fixed) size, warms
 up `predict_on_batch` (the model's default compilation) and times `--steps` batches.
 Reports each version's median images/s and the median of the per-round ratios
-new/old; names the machine (benchmarks/machine.py). A measurement, not pass/fail.
+new/old; names the machine (cli/machine.py). A measurement, not pass/fail.
 """
 
 import json
@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags
 
-from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_cli.machine import describe, machine_info
 
 flags.DEFINE_string("old", None, "Git revision of the old version.")
 flags.DEFINE_string("new", ROOT, "Source tree of the new version.")

@@ -18,7 +18,7 @@ default strategy. Three ways of saving it, interleaved, --repeats times each:
 
 The figure is the seconds `save` blocks the training loop (median of the repeats), and
 the state's size on disk. Each save goes to a fresh folder under --directory, removed
-after. Measurements, not pass/fail; names the machine (benchmarks/machine.py).
+after. Measurements, not pass/fail; names the machine (cli/machine.py).
 """
 
 import os
@@ -28,7 +28,7 @@ import time
 
 from absl import app, flags
 
-from keras_vit_benchmarks.machine import describe, machine_info, report, source_commit
+from keras_vit_cli.machine import describe, machine_info, report, source_commit
 
 flags.DEFINE_string("variant", "ViT_B16", "keras_vit builder name.")
 flags.DEFINE_integer("image_size", 224, "Image size.")

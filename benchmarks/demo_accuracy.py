@@ -11,7 +11,7 @@ wall time, images/s and the machine load, and records the run in
 benchmarks/results/demo_accuracy.json under its seed (`--config.seed`, default the
 config's): one run per seed of the same config and steps (a rerun replaces its
 seed's; runs of another config or length are dropped), each naming the machine
-(benchmarks/machine.py: CPU kinds differ up to 4x) and the commit, and over them the
+(cli/machine.py: CPU kinds differ up to 4x) and the commit, and over them the
 seeds' mean and sample standard deviation of the test accuracy. That file is the one
 source of the demo figure the README and docs quote (`make demo` itself writes
 nothing tracked). Passed: the mean reaches --target and every run's wall time is
@@ -27,8 +27,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULT = os.path.join(ROOT, "benchmarks", "results", "demo_accuracy.json")
-from keras_vit_benchmarks.machine import describe, machine_info, source_commit
 from keras_vit_benchmarks.trainer_runs import mean_std
+from keras_vit_cli.machine import describe, machine_info, source_commit
 from keras_vit_tools import demo
 
 

@@ -10,7 +10,7 @@ configs/fashion_mnist.py's until 2026-12-01 (that config has since grown; the de
 `tools/demo.py`, is the model docs/inspect.md looks at); AdamW with warmup + cosine, no
 augmentation.
 RUN/model_config.json + RUN/model.weights.h5 + RUN/metrics.json as trainers write;
-metrics.json also names the machine (benchmarks/machine.py: CPU kinds differ up to 4x).
+metrics.json also names the machine (cli/machine.py: CPU kinds differ up to 4x).
 """
 
 import argparse
@@ -23,7 +23,7 @@ import numpy as np
 import keras_vit
 from keras_vit.preprocessing import PIXEL_SCALE
 from keras_vit.run_directory import RunDirectory
-from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_cli.machine import describe, machine_info
 from keras_vit_data.fashion_mnist import FASHION_MNIST_DIR, read_split
 
 MODEL = dict(

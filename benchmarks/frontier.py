@@ -25,7 +25,7 @@ seeds     every arm at its largest budget (the demo's training time) with seeds 
           and 2 (seed 0 is the frontier's point).
 The warm-up is the demo's fraction of the steps (300 of 4,500); everything else is
 the arm's config. Measurements, not pass/fail; the machine is named in every JSON
-(benchmarks/machine.py): compare wall times within one machine only.
+(cli/machine.py): compare wall times within one machine only.
 """
 
 import glob
@@ -36,8 +36,8 @@ import time
 from absl import app, flags
 
 from keras_vit_benchmarks import trainer_runs
-from keras_vit_benchmarks.machine import describe, machine_info, source_commit
 from keras_vit_cli import commands
+from keras_vit_cli.machine import describe, machine_info, source_commit
 
 RESULTS = os.path.join(commands.ROOT, "benchmarks", "results", "frontier")
 FIGURE = os.path.join(commands.ROOT, "docs", "images", "frontier.png")

@@ -11,7 +11,7 @@ size (`ru_maxrss`) before the first step (model + optimizer state + runtime) and
 the steps. The difference is what the step itself needs: activations and gradients of
 one micro-batch (batch / N images) plus the accumulated gradient. Prints a table and
 the per-image activation figure used to extrapolate to other batches; names the machine
-(benchmarks/machine.py). Measurements, not pass/fail.
+(cli/machine.py). Measurements, not pass/fail.
 """
 
 import json
@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags
 
-from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_cli.machine import describe, machine_info
 
 flags.DEFINE_string("variant", "ViT_B16", "keras_vit builder name.")
 flags.DEFINE_integer("image_size", 224, "Input resolution.")

@@ -27,7 +27,7 @@ directory of 224-px JPEGs with a train split), or else a split of --records synt
 224-px JPEGs (benchmarks/make_tfrecords_speed.py's images) written under /tmp and deleted
 at the end. The start-up CRC scan is off (verify_max_bytes=0, as for an
 ImageNet-21k-sized split). Prints and writes JSON that names the machine
-(benchmarks/machine.py).
+(cli/machine.py).
 
 The targets are parameters: 3,700 images/s is the H200 training goal for ViT-B/16 set
 for this project (docs/speed.md); 2,600 images/s for a TPU v3-8 host is an assumed
@@ -179,7 +179,7 @@ def main():
         a.threads = int(a.threads)
         return child(a)
     from keras_vit_benchmarks.input_resume import ensure_split, read_shards
-    from keras_vit_benchmarks.machine import machine_info, report, source_commit
+    from keras_vit_cli.machine import machine_info, report, source_commit
 
     targets = parse_targets(a.targets)
     tmp, data_dir, written = None, a.data_dir, None

@@ -6,7 +6,7 @@
 Iterates trainers.input_pipeline.train_dataset with the config's augmentation and
 global batch (no model), and compares with RUN/metrics.json's
 train_images_per_second (the demo run by default) when present. Prints JSON that names
-the machine (benchmarks/machine.py: CPU kinds differ up to 4x).
+the machine (cli/machine.py: CPU kinds differ up to 4x).
 """
 
 import argparse
@@ -28,7 +28,7 @@ def main():
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from keras_vit.run_directory import RunDirectory
-    from keras_vit_benchmarks.machine import describe, machine_info
+    from keras_vit_cli.machine import describe, machine_info
     from keras_vit_trainers import input_pipeline, input_spec, objectives, train_config
 
     spec = importlib.util.spec_from_file_location("cfg", a.config)

@@ -27,7 +27,7 @@ verify_max_bytes=0, as an ImageNet-21k-sized split (about 1.3 TB) is never scann
 one more run at position 0 keeps the config's limit, to show what the scan costs.
 The shards are read once before the runs, so every run reads them from the page cache
 (a cold read from disk is not measured). Prints and writes JSON that names the machine
-(benchmarks/machine.py) and the load average of every run: on a shared 2-core machine,
+(cli/machine.py) and the load average of every run: on a shared 2-core machine,
 compare the runs of one invocation, not figures of different ones; --repeats runs
 every case that many times, in rounds, and the summary gives medians and ranges.
 """
@@ -314,7 +314,7 @@ def main():
         return child(a)
     if a.records < 50_000:
         raise SystemExit("--records: at least 50,000 (the benchmark's size)")
-    from keras_vit_benchmarks.machine import machine_info, report, source_commit
+    from keras_vit_cli.machine import machine_info, report, source_commit
 
     tmp = None
     data_dir = a.data_dir

@@ -20,7 +20,7 @@ folders of a temporary folder, then times `writer.make_tfrecords` on them in thi
 process after a warm-up (TensorFlow's start-up and tracing are left out): the
 parallel writer (--workers, default all cores) on all of them, and the serial one
 (workers=0) on the first --serial_images. Every image passes through unchanged
-(checked: header, decode). Prints JSON that names the machine (benchmarks/machine.py).
+(checked: header, decode). Prints JSON that names the machine (cli/machine.py).
 """
 
 import argparse
@@ -119,7 +119,7 @@ def main():
     p.add_argument("--output", default=None)
     a = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from keras_vit_benchmarks.machine import machine_info, report
+    from keras_vit_cli.machine import machine_info, report
 
     if a.fashion_mnist:
         result = {

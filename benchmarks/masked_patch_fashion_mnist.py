@@ -17,7 +17,7 @@ Runs, one after the other (each skipped when WORK/<name>/metrics.json exists):
                    finetune.py overrides (ADAMW_FINETUNE)
 finetune.py --init=RUN builds the RUN's own model, so every fine-tuning run here
 trains the same architecture. Prints mean +- std over seeds and writes JSON, both
-naming the machine (benchmarks/machine.py). Measurements, not pass/fail.
+naming the machine (cli/machine.py). Measurements, not pass/fail.
 """
 
 import json
@@ -27,8 +27,8 @@ import time
 from absl import app, flags
 
 from keras_vit_benchmarks import trainer_runs
-from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_cli import commands
+from keras_vit_cli.machine import describe, machine_info
 
 flags.DEFINE_string("data_dir", None, "tools/make_tfrecords.py --source=fashion_mnist output.")
 flags.DEFINE_string("work_dir", None, "Where the runs go.")

@@ -19,7 +19,7 @@ Latency: each runtime alone at 1 and 2 threads (onnxruntime intra-op threads,
 TFLite interpreter threads; Keras under TensorFlow's default pools, as Keras'
 predict runs it: a tf.function, XLA where the model asks for it), then all of them
 interleaved in --rounds rounds (onnxruntime and TFLite at 1 thread), the
-comparison to read. Prints benchmarks/machine.py's line first and writes --json
+comparison to read. Prints cli/machine.py's line first and writes --json
 with "machine". A measurement, not a test: nothing here fails a build.
 """
 
@@ -46,7 +46,7 @@ import numpy as np
 from absl import flags
 
 import keras_vit
-from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_cli.machine import describe, machine_info
 from keras_vit_configs import fashion_mnist
 from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_deploy import (

@@ -29,7 +29,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_vit.variants import VARIANTS  # noqa: E402
 from keras_vit_benchmarks import profiler_stats, speed_models  # noqa: E402
-from keras_vit_benchmarks.machine import describe, machine_info  # noqa: E402
+from keras_vit_cli.machine import describe, machine_info  # noqa: E402
 
 
 def parse_args(argv=None):

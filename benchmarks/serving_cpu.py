@@ -64,8 +64,9 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit.variants import VARIANTS
-from keras_vit_benchmarks import machine, speed_runners
+from keras_vit_benchmarks import speed_runners
 from keras_vit_benchmarks.onnx import randomize_head
+from keras_vit_cli import machine
 from keras_vit_configs import fashion_mnist_hybrid
 from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_deploy import (

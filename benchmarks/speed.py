@@ -15,7 +15,7 @@ so each gets a worker process (and timm one of its own), and the parent interlea
 workers round by round as above, one worker at a time. Libraries and compile modes that
 cannot run (not installed; `xla` under torch) are skipped and recorded as such. FLOPs are
 analytic (benchmarks/speed_flops.py; train step = 3 forwards). Prints a table; --json
-writes every round's timing. Both name the machine (benchmarks/machine.py): CPU kinds
+writes every round's timing. Both name the machine (cli/machine.py): CPU kinds
 differ up to 4x.
 
     python benchmarks/speed.py --backends=tensorflow,jax,torch --variant=ViT_Ti16 --batch=2 \
@@ -36,7 +36,7 @@ import keras  # noqa: E402
 
 from keras_vit.variants import VARIANTS  # noqa: E402
 from keras_vit_benchmarks import speed_flops, speed_models, speed_runners  # noqa: E402
-from keras_vit_benchmarks.machine import describe, machine_info  # noqa: E402
+from keras_vit_cli.machine import describe, machine_info  # noqa: E402
 
 LIBRARIES = (
     "keras_vit",

@@ -12,7 +12,7 @@ images (tools/make_tfrecords.py); the comparison uses the first
 --num_eval_images test images. Latency: per variant (1 and 2 threads) as the
 export tool's report gives it, and all variants interleaved at 1 thread (5
 rounds), which the speed comparison uses. Writes WORK_DIR/summary.json and prints
-a table with the issue's targets, both naming the machine (benchmarks/machine.py: CPU
+a table with the issue's targets, both naming the machine (cli/machine.py: CPU
 kinds differ up to 4x). A measurement, not a test: nothing here fails a build.
 """
 
@@ -36,7 +36,7 @@ from absl import flags
 import keras_vit
 from keras_vit import run_directory
 from keras_vit.preprocessing import PIXEL_SCALE
-from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_cli.machine import describe, machine_info
 from keras_vit_configs import fashion_mnist
 from keras_vit_data import fashion_mnist as fashion_mnist_data
 from keras_vit_data import writer

@@ -20,7 +20,7 @@ fused path exports it), residual_add (x2). Also the machine's int8 capability as
 Then the whole model (random weights, `--whole_model`, on by default) converted
 by deploy.tflite as float32 ('none'), full 'int8' and 'int8_matmul', timed
 interleaved (deploy.timing.interleaved_ms). The table and the JSON
-name the machine (benchmarks/machine.py: CPU kinds differ up to 4x).
+name the machine (cli/machine.py: CPU kinds differ up to 4x).
 A measurement, not a test.
 """
 
@@ -44,7 +44,7 @@ from absl import flags, logging
 from keras import ops
 
 import keras_vit
-from keras_vit_benchmarks.machine import describe, machine_info
+from keras_vit_cli.machine import describe, machine_info
 from keras_vit_deploy import tflite, tflite_runtime, timing
 
 FLAGS = flags.FLAGS

@@ -24,7 +24,7 @@ Speed is the trainer's train_images_per_second: the median images/s of the
 with --repeats, the median of the runs' (each run's figure is kept too). The
 pipeline's share of a step is 1 - (real input images/s) / (synthetic input images/s),
 all float32 XLA: for the config as it is, and with and without the decoded cache. Prints a
-table and writes JSON naming the machine (benchmarks/machine.py). Measurements, not
+table and writes JSON naming the machine (cli/machine.py). Measurements, not
 pass/fail: run them on a quiet machine, one at a time.
 """
 
@@ -36,8 +36,8 @@ import statistics
 from absl import app, flags
 
 from keras_vit_benchmarks import trainer_runs
-from keras_vit_benchmarks.machine import describe, machine_info, source_commit
 from keras_vit_cli import commands
+from keras_vit_cli.machine import describe, machine_info, source_commit
 
 VARIANTS = {
     "float32_xla": ("--config.jit_compile=True",),

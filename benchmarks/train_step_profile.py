@@ -27,7 +27,7 @@ the model (ResNet, patch embedding, attention, MLP, LayerNorm, optimizer, the re
 forward and backward, from the ops' names) and by op type, with shares of the op time.
 
 Prints tables and writes JSON (default WORK/train_step_profile.json) naming the machine
-(benchmarks/machine.py). Measurements, not pass/fail: a quiet machine, one at a time.
+(cli/machine.py). Measurements, not pass/fail: a quiet machine, one at a time.
 """
 
 import collections
@@ -51,8 +51,8 @@ from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from keras_vit_benchmarks import profiler_stats, trainer_runs  # noqa: E402
-from keras_vit_benchmarks.machine import describe, machine_info, source_commit  # noqa: E402
 from keras_vit_cli import commands  # noqa: E402
+from keras_vit_cli.machine import describe, machine_info, source_commit  # noqa: E402
 
 config_flags.DEFINE_config_file("config", None, "A trainer config (configs/*.py).")
 flags.DEFINE_string("data_dir", commands.DEMO_DATA_DIR, "make demo's Fashion-MNIST records.")

@@ -16,7 +16,7 @@ Steps (each skipped when its output exists, so a rerun resumes):
   scratch_s     the same command with --init=random_s, the pre-trained RUN's
                 architecture as initialised with seed s
 Prints test accuracy mean +- std over seeds and writes JSON naming the machine
-(benchmarks/machine.py). Needs scikit-learn (the `test` extra). Measurements, not
+(cli/machine.py). Needs scikit-learn (the `test` extra). Measurements, not
 pass/fail.
 """
 
@@ -27,8 +27,8 @@ import time
 from absl import app, flags
 
 from keras_vit_benchmarks import trainer_runs
-from keras_vit_benchmarks.machine import describe, machine_info
 from keras_vit_cli import commands
+from keras_vit_cli.machine import describe, machine_info
 
 flags.DEFINE_string("pretrained", "runs/fashion_mnist_hybrid", "A pretrain RUN (make demo's).")
 flags.DEFINE_string("work_dir", None, "Where the images, records and runs go.")

@@ -5,7 +5,7 @@ and named by every export tool's report (tools/export_*.py).
 A path is recommended at batch 1 (lowest median latency) and at batch 8 (most
 images/s) among those whose top-1 agreement with the float32 Keras model is at
 least `AGREEMENT_FLOOR`, on ViT-B/16 (`MODEL`), for a CPU kind (the caller's,
-benchmarks/machine.py `cpu_kind`: the tools pass this machine's). A CPU kind that
+cli/machine.py `cpu_kind`: the tools pass this machine's). A CPU kind that
 was not measured gets a measured kind's answer, said to be from another kind. Reads
 only JSON: no TensorFlow, no runtime imported.
 """

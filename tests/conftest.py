@@ -111,7 +111,7 @@ SLOW_TESTS = {
     "test_inspect_tools": (
         "test_visualize_writes_the_four_figures",
         "test_fewshot_tool_reports_every_shot_count",
-        "test_fewshot_evaluator_runs_every_n_steps",
+        "test_fewshot_evaluator_records_each_step_it_runs",
     ),
     "test_interop": (
         "test_savedmodel_export_of_a_timm_file",

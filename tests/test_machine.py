@@ -1,9 +1,9 @@
-"""benchmarks/machine.py names the CPU kind a figure was measured on: the kinds the
+"""cli/machine.py names the CPU kind a figure was measured on: the kinds the
 project has run on share the model name 'AMD EPYC' and differ up to 4x."""
 
 import pytest
 
-from keras_vit_benchmarks import machine
+from keras_vit_cli import machine
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow
 
 from absl import flags
 
-from keras_vit_benchmarks.machine import machine_info
+from keras_vit_cli.machine import machine_info
 from keras_vit_deploy import (
     datasets,
     onnx_export,

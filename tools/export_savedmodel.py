@@ -23,7 +23,7 @@ from absl import flags
 
 from keras_vit import run_directory
 from keras_vit.checkpoint import interop
-from keras_vit_benchmarks.machine import machine_info
+from keras_vit_cli.machine import machine_info
 from keras_vit_data import image_header
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import recommend, serving, sources

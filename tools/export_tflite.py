@@ -25,7 +25,7 @@ console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow
 
 from absl import flags
 
-from keras_vit_benchmarks.machine import machine_info
+from keras_vit_cli.machine import machine_info
 from keras_vit_deploy import datasets, preprocessing, recommend, serving, tflite, tflite_runtime
 from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib

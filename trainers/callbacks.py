@@ -69,15 +69,16 @@ class RunLogger:
         rate = meter.updates * self.global_batch / max(meter.seconds, 1e-9)
         return {**meter.means(), **extra, "images_per_second": rate}
 
-    def add(self, step, sums, seconds, extra):
+    def add(self, step, sums, seconds, extra, force=False):
         """`sums` of the steps up to `step`, trained in `seconds`; `extra`: the
-        learning rate and gradient norm at `step`."""
+        learning rate and gradient norm at `step`. `force`: log the interval so far now
+        (the steps where the loss diverged)."""
         self.interval.add(sums, seconds)
         self.window.add(sums, seconds)
         if self.log_every and self.writer and step % self.log_every == 0:
             self._write(step, self._scalars(self.window, extra))
             self.window = Meter()
-        if step % self.every and step != self.total_steps:
+        if step % self.every and step != self.total_steps and not force:
             return
         scalars = self._scalars(self.interval, extra)
         self.interval = Meter()

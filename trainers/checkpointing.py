@@ -71,6 +71,30 @@ def _step_of(path):
     return int(match.group(1)) if match else None
 
 
+def _path_of(directory, step):
+    """The prefix of the checkpoint of `step` in `directory` or its history, or None."""
+    for folder in (directory, os.path.join(directory, HISTORY)):
+        path = os.path.join(folder, f"{PREFIX}-{step}")
+        if tf.io.gfile.exists(path + ".index"):
+            return path
+    return None
+
+
+def restore_model(model, directory, step=None):
+    """Restores the variables of `model` (built, of the run's architecture) from the
+    checkpoint of `step` (default: the newest) in `directory` (RUN/checkpoints): the
+    weights of that step, to look at, evaluate or export (the optimizer's state is left
+    out). Returns the step; CheckpointError when there is none."""
+    steps = saved_steps(directory)
+    step = steps[0] if step is None and steps else step
+    path = _path_of(directory, step) if step is not None else None
+    if path is None:
+        held = ", ".join(map(str, steps)) or "none"
+        raise CheckpointError(f"{directory}: no checkpoint of step {step} (it has: {held}).")
+    tf.train.Checkpoint(model=[v.value for v in model.variables]).restore(path).expect_partial()
+    return int(step)
+
+
 def check_not_old(directory):
     """CheckpointError when `directory` (RUN/checkpoints) or RUN/workers holds the
     checkpoints of a release before tf.train checkpoints."""
@@ -112,11 +136,7 @@ class RunCheckpoints:
         return saved_steps(self.directory)
 
     def path_of(self, step):
-        for manager_dir in (self.directory, os.path.join(self.directory, HISTORY)):
-            path = os.path.join(manager_dir, f"{PREFIX}-{step}")
-            if tf.io.gfile.exists(path + ".index"):
-                return path
-        return None
+        return _path_of(self.directory, step)
 
     # --- restore ------------------------------------------------------------------------
 

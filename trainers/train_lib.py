@@ -375,7 +375,7 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
     progress = callbacks_lib.TrainingProgress(plan.total_steps, plan.batch, step) if chief else None
     periods, fixed = _boundaries(config, plan, evals, profile if window else ())
     preemption = faults.PreemptionHandler(strategy, checkpoints.save, plan.checkpoint_dir)
-    last_good, bad_step = step, None
+    last_good, bad_steps, read_at = step, None, step
     iterator = iter(make_data(step))
     user.on_train_begin()
     with preemption:
@@ -402,14 +402,16 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
             sums = train_step.read_sums()
             meter = callbacks_lib.Meter()
             meter.add(sums, 0.0)
-            if not meter.finite():
-                bad_step = step
-                break
             extra = {
                 "learning_rate": float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
                 "gradient_norm": float(train_step.gradient_norm.numpy()),
             }
             seconds = timer.lap()
+            if not meter.finite():  # logged, never saved
+                logger.add(step, sums, seconds, extra, force=True)
+                bad_steps = (read_at + 1, step)
+                break
+            read_at = step
             interval_end = step % plan.every == 0 or step == plan.total_steps
             if interval_end:  # saved before it is logged
                 checkpoints.save(step)
@@ -433,12 +435,13 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
     user.on_train_end(logger.last_logs)
     if progress:
         progress.close()
-    if bad_step is not None:
+    if bad_steps is not None:
+        first, last = bad_steps
+        where = f"at step {last}" if first == last else f"in steps {first}-{last}"
         raise TrainingDivergedError(
-            f"loss became NaN/inf by step {bad_step}; training stopped. The last good "
-            f"checkpoint (step {last_good}) is kept in {plan.checkpoint_dir}; lower the "
-            f"learning rate (now {config.learning_rate}) or check the data, then rerun to "
-            "resume from it."
+            f"loss became NaN/inf {where}; training stopped. The last good checkpoint "
+            f"(step {last_good}) is kept in {plan.checkpoint_dir}; lower the learning rate "
+            f"(now {config.learning_rate}) or check the data, then rerun to resume from it."
         )
     if uses_ema(optimizer):  # evaluate and export the Polyak-averaged weights
         with strategy.scope():

@@ -9,7 +9,7 @@ AVX-512, AVX-512-BF16, no AMX), and Intel Xeon Sapphire Rapids (family 6, model
 model and stepping and names the kind (`cpu_kind`). A figure without its CPU kind,
 core count and load cannot be compared with another.
 
-    from keras_vit_benchmarks.machine import describe, machine_info
+    from keras_vit_cli.machine import describe, machine_info
     report["machine"] = machine_info()
     print(describe(report["machine"]))
 
