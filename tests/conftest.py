@@ -74,6 +74,8 @@ SLOW_MODULES = (
     "test_data_service",
     "test_mistakes",
     "test_walkthrough",
+    "test_tfds_prepare",
+    "test_programs_anywhere",
 )
 SLOW_TESTS = {
     "test_augment": (
@@ -125,6 +127,16 @@ SLOW_TESTS = {
         "test_train_examples_limits_the_training_set_to_its_first_records",
     ),
     "test_pixel_limit": ("test_the_limit_is_recorded_in_the_saved_model",),
+    "test_decoded_cache": ("test_the_demo_config_trains_on_a_folder_of_mixed_sizes",),
+    "test_shape_mistakes": (
+        "test_the_trainer_exits_2_with_one_line_and_writes_nothing",
+        "test_every_program_shows_the_traceback_when_asked",
+    ),
+    "test_finetune_families": (
+        "test_dinov2_with_registers_keeps_the_files_options_and_frozen_backbone",
+        "test_siglip_fine_tunes_its_attention_pooling_under_layer_decay",
+        "test_a_family_config_takes_the_sizes_of_a_smaller_file",
+    ),
     "test_remote_paths": ("test_records_pretrain_kill_resume_evaluate_export_on_ram",),
     "test_serialization": ("test_jax_backend_matches_tensorflow",),
     "test_train_config": (
