@@ -76,3 +76,27 @@ def test_batch_not_divisible_is_refused():
     data = tf.data.Dataset.from_tensors((np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32")))
     with pytest.raises(ValueError, match="grad_accum_steps=3 must divide"):
         step.run(iter(data.repeat()), 1)
+
+
+def test_one_update_is_plain_sgd_on_the_batch_mean_loss():
+    """The step's update, by hand: w - lr * d(mean loss)/dw (no momentum, no clipping)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((BATCH, 6)).astype("float32")
+    y = np.eye(3, dtype="float32")[rng.integers(0, 3, BATCH)]
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3)])
+    before = [np.array(w) for w in model.get_weights()]
+    loss = keras.losses.CategoricalCrossentropy(from_logits=True)
+    with tf.GradientTape() as tape:
+        value = loss(y, model(x))
+    grads = [np.array(g) for g in tape.gradient(value, model.trainable_variables)]
+    step = loop.TrainStep(model, keras.optimizers.SGD(0.5), loss, {}, tf.distribute.get_strategy())
+    step.build()
+    step.run(iter(tf.data.Dataset.from_tensors((x, y))), 1)
+    for w, w0, g in zip(model.get_weights(), before, grads):
+        np.testing.assert_allclose(w, w0 - 0.5 * g, rtol=1e-6, atol=1e-7)
+    logs = step.read_sums()
+    np.testing.assert_allclose(logs["loss"], float(value), rtol=1e-6)
+    np.testing.assert_allclose(
+        step.gradient_norm.numpy(), np.sqrt(sum((g**2).sum() for g in grads)), rtol=1e-6
+    )
