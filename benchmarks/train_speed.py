@@ -109,7 +109,8 @@ def main(argv):
             "--config.evals.test.every=-1",
             *VARIANTS[variant],
         )
-        metrics = trainer_runs.run_once(FLAGS.work_dir, name, command, env=env)
+        cwd = trainer_runs.ROOT if env is None else os.path.abspath(FLAGS.baseline_tree)
+        metrics = trainer_runs.run_once(FLAGS.work_dir, name, command, env=env, cwd=cwd)
         # the trainer's: the median interval after the first (compilation)
         speeds.setdefault(label, []).append(metrics["train_images_per_second"])
         results["runs"][label] = {

@@ -15,13 +15,13 @@ import time
 from keras_vit_cli.commands import ROOT
 
 
-def run_once(work_dir, name, command, env=None):
-    """WORK/<name>/metrics.json, running `command` (in `env`: default this process's)
-    first unless it exists."""
+def run_once(work_dir, name, command, env=None, cwd=ROOT):
+    """WORK/<name>/metrics.json, running `command` (in `env`, default this process's;
+    in `cwd`) first unless it exists."""
     metrics = os.path.join(work_dir, name, "metrics.json")
     if not os.path.exists(metrics):
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(command)}", flush=True)
-        subprocess.run(command, cwd=ROOT, check=True, env=env)
+        subprocess.run(command, cwd=cwd, check=True, env=env)
     with open(metrics) as f:
         return json.load(f)
 
@@ -44,7 +44,8 @@ def other_tree_env(tree, shim_dir):
     """An environment in which `python -m keras_vit_trainers.pretrain` runs the code of
     `tree` (a checkout of another commit, e.g. `git worktree add`): `shim_dir` gets a
     link per installed package name to its folder in `tree` and goes first on
-    PYTHONPATH, ahead of this checkout's editable install."""
+    PYTHONPATH, ahead of this checkout's editable install. Run it with `tree` as the
+    working folder: `python -m` puts the working folder first on the path."""
     os.makedirs(shim_dir, exist_ok=True)
     for package, folder in PACKAGES.items():
         link = os.path.join(shim_dir, package)
