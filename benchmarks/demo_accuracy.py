@@ -33,11 +33,13 @@ from keras_vit_tools import demo
 
 
 def config_seed(config):
-    """The seed a demo run of `config` (a path, ':variant' allowed) trains with by
-    default."""
+    """The seed a demo run of `config` (a recipe's name or a path, ':variant' allowed)
+    trains with by default."""
     import importlib.util
 
-    path, _, variant = config.partition(":")
+    import keras_vit_configs
+
+    path, _, variant = keras_vit_configs.find(config).partition(":")
     spec = importlib.util.spec_from_file_location("demo_config", os.path.join(ROOT, path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
