@@ -1,12 +1,13 @@
-"""absl flags shared by tools/export_savedmodel.py, tools/export_tflite.py and
-tools/export_onnx.py (and tools/visualize.py, tools/fewshot.py): which model to
-export, and, for the export tools, what it should output."""
+"""absl flags shared by tools/export_savedmodel.py, tools/export_tflite.py,
+tools/export_onnx.py and tools/export_openvino.py (and tools/visualize.py,
+tools/fewshot.py): which model to export, for the export tools what it should output,
+and the images they calibrate and compare on."""
 
 from absl import app, flags
 
 import keras_vit
 from keras_vit_data import fashion_mnist
-from keras_vit_deploy import sources
+from keras_vit_deploy import datasets, preprocessing, sources
 
 FLAGS = flags.FLAGS
 POOLINGS = ("none", "token", "avg", "max")  # --pooling (keras_vit's, None as 'none')
@@ -82,6 +83,55 @@ def define_comparison_flags():
         "fashion_mnist_dir", fashion_mnist.FASHION_MNIST_DIR, "Fashion-MNIST IDX files."
     )
     flags.DEFINE_integer("num_eval_images", 1000, "Comparison images for --report.")
+
+
+def define_calibration_flags(calibrated):
+    """--representative_data and --num_calibration_images, for the export tools that
+    calibrate activations (`calibrated`: the flag value that needs them, for the help)."""
+    flags.DEFINE_string(
+        "representative_data",
+        None,
+        "TFRecord glob (tf.train.Example in the trainer's format, data/records.py) "
+        f"to calibrate {calibrated}.",
+    )
+    flags.DEFINE_integer("num_calibration_images", 200, "Representative images used.")
+
+
+def check_calibration_flags(needed_by):
+    """ValueError naming the flag to give when `needed_by` (the flag that calibrates,
+    e.g. '--quantization=int8') has no --representative_data: before any model is
+    loaded."""
+    if not FLAGS.representative_data:
+        raise ValueError(
+            f"{needed_by} needs --representative_data=TFRECORD_GLOB to calibrate the activations."
+        )
+
+
+def calibration_images(needed_by, size, channels):
+    """--representative_data's images (N, H, W, channels) at `size`, for `needed_by`
+    (the flag that calibrates, e.g. '--quantization=int8'); ValueError naming the flag
+    to give when there is none."""
+    if not FLAGS.representative_data:
+        raise ValueError(
+            f"{needed_by} needs --representative_data=TFRECORD_GLOB to calibrate the activations."
+        )
+    images, _ = datasets.tfrecord_images(
+        FLAGS.representative_data, size, FLAGS.num_calibration_images
+    )
+    where = f"--representative_data={FLAGS.representative_data}"
+    return preprocessing.match_channels(images, channels, where)
+
+
+def comparison_images(size, channels):
+    """(pixels (N, H, W, channels), labels) for --report: --eval_data's images, or
+    Fashion-MNIST's test set, at `size`; None without --report."""
+    if not FLAGS.report:
+        return None
+    pixels, labels = datasets.load_images(
+        FLAGS.eval_data, size, FLAGS.num_eval_images, FLAGS.fashion_mnist_dir
+    )
+    where = f"--eval_data={FLAGS.eval_data}" if FLAGS.eval_data else "Fashion-MNIST"
+    return preprocessing.match_channels(pixels, channels, where), labels
 
 
 def _overrides():

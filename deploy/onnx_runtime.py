@@ -8,7 +8,7 @@ import numpy as np
 from keras_vit_deploy import serving, timing
 from keras_vit_deploy.onnx_file import INPUT_NAME
 from keras_vit_deploy.onnx_packages import ExportError, require_packages, versions
-from keras_vit_deploy.runtime import Runtime
+from keras_vit_deploy.runtime import NamedOutputRuntime
 
 RUNTIME = "onnxruntime"
 
@@ -17,7 +17,7 @@ def _dimension(dim):
     return int(dim) if isinstance(dim, int) else None  # a named (dynamic) axis
 
 
-class ONNXClassifier(Runtime):
+class ONNXClassifier(NamedOutputRuntime):
     """An exported model run by onnxruntime's CPU provider. Its `output_name` is
     the first of `serving.OUTPUT_NAMES` the file has (`probabilities` for a
     classifier ending in logits, whose file also has `logits`).
@@ -89,16 +89,6 @@ class ONNXClassifier(Runtime):
                 for i in range(0, len(pixels), step)
             ]
         ).astype(np.float32)
-
-    def predict(self, pixels):
-        """pixels (N, H, W, C) in [0, 255] -> the main output (N, ...) float32:
-        probabilities (N, K) for a classifier."""
-        return self.run(pixels)
-
-    def logits(self, pixels):
-        """pixels (N, H, W, C) in [0, 255] -> logits (N, K) float32 (a classifier
-        ending in logits)."""
-        return self.run(pixels, "logits")
 
     def latency_ms(self, pixels, repeats=200, warmup=20):
         """Median and mean milliseconds per run at batch 1 over `repeats` runs

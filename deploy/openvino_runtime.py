@@ -12,7 +12,7 @@ from keras_vit_deploy.openvino_packages import (
     require,
     versions,
 )
-from keras_vit_deploy.runtime import Runtime
+from keras_vit_deploy.runtime import NamedOutputRuntime
 
 RUNTIME = "openvino"
 DEVICE = "CPU"
@@ -20,7 +20,7 @@ DEVICE = "CPU"
 PRECISION_NAMES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 
 
-class OpenVINOClassifier(Runtime):
+class OpenVINOClassifier(NamedOutputRuntime):
     """An OpenVINO model compiled for the CPU. Its `output_name` is the first of
     `serving.OUTPUT_NAMES` the file has (`probabilities` for a classifier ending in
     logits, whose file also has `logits`).
@@ -125,16 +125,6 @@ class OpenVINOClassifier(Runtime):
                 )
             rows.append(np.asarray(self._infer(chunk)[output])[:count])
         return np.concatenate(rows).astype(np.float32)
-
-    def predict(self, pixels):
-        """pixels (N, H, W, C) in [0, 255] -> the main output (N, ...) float32:
-        probabilities (N, K) for a classifier."""
-        return self.run(pixels)
-
-    def logits(self, pixels):
-        """pixels (N, H, W, C) in [0, 255] -> logits (N, K) float32 (a classifier
-        ending in logits)."""
-        return self.run(pixels, "logits")
 
     def latency_ms(self, pixels, repeats=200, warmup=20):
         """Median and mean milliseconds per run at batch 1 (the compiled batch, if

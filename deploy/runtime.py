@@ -47,3 +47,23 @@ class Runtime(abc.ABC):
                 f", {self.channels}) for this {self.file_format} model, got {pixels.shape}."
             )
         return pixels
+
+
+class NamedOutputRuntime(Runtime):
+    """A runtime of a file with named outputs (ONNX, OpenVINO): `run(pixels, output)`
+    gives any of them, `predict` the main one and `logits` the logits."""
+
+    @abc.abstractmethod
+    def run(self, pixels, output=None):
+        """float (N, H, W, C) pixels in [0, 255] -> `output` (N, ...) float32 (the
+        main output, `output_name`, by default)."""
+
+    def predict(self, pixels):
+        """pixels (N, H, W, C) in [0, 255] -> the main output (N, ...) float32:
+        probabilities (N, K) for a classifier."""
+        return self.run(pixels)
+
+    def logits(self, pixels):
+        """pixels (N, H, W, C) in [0, 255] -> logits (N, K) float32 (a classifier
+        ending in logits)."""
+        return self.run(pixels, "logits")

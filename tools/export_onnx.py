@@ -28,16 +28,14 @@ console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow
 from absl import flags
 
 from keras_vit_cli.machine import machine_info
+from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import (
-    datasets,
     onnx_export,
     onnx_file,
     onnx_runtime,
-    preprocessing,
     recommend,
     serving,
 )
-from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib
 from keras_vit_deploy.onnx_packages import ExportError, require_packages
 
@@ -64,13 +62,7 @@ def main(argv):
     try:
         model = deploy_flags.model_from_flags()
         spec = serving.model_outputs(model, "the ONNX file")
-        evaluation = None
-        if FLAGS.report:
-            pixels, labels = datasets.load_images(
-                FLAGS.eval_data, spec.image_size, FLAGS.num_eval_images, FLAGS.fashion_mnist_dir
-            )
-            where = f"--eval_data={FLAGS.eval_data}" if FLAGS.eval_data else "Fashion-MNIST"
-            evaluation = preprocessing.match_channels(pixels, spec.channels, where), labels
+        evaluation = deploy_flags.comparison_images(spec.image_size, spec.channels)
     except (ValueError, OSError) as e:  # bad flags or data, unknown variant, missing files
         raise console.UserError.of(e) from e
     try:

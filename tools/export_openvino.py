@@ -31,16 +31,14 @@ console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow
 from absl import flags
 
 from keras_vit_cli.machine import machine_info
+from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import (
-    datasets,
     openvino_export,
     openvino_packages,
     openvino_runtime,
-    preprocessing,
     recommend,
     serving,
 )
-from keras_vit_deploy import flags as deploy_flags
 from keras_vit_deploy import report as report_lib
 
 FLAGS = flags.FLAGS
@@ -49,12 +47,7 @@ deploy_flags.define_comparison_flags()
 flags.DEFINE_string("saved_model", None, "A SavedModel from tools/export_savedmodel.py.")
 flags.DEFINE_string("onnx", None, "An ONNX file from tools/export_onnx.py.")
 flags.DEFINE_enum("precision", "float32", openvino_export.PRECISIONS, "What the file computes in.")
-flags.DEFINE_string(
-    "representative_data",
-    None,
-    "TFRecord glob (tf.train.Example in the trainer's format) to calibrate --precision=int8.",
-)
-flags.DEFINE_integer("num_calibration_images", 200, "Representative images used.")
+deploy_flags.define_calibration_flags("--precision=int8")
 flags.DEFINE_integer("latency_repeats", 200, "Timed runs per thread count.")
 
 
@@ -106,27 +99,15 @@ def main(argv):
     try:
         openvino_packages.require("openvino")
         calibrated = FLAGS.precision in openvino_export.CALIBRATED
-        if calibrated and not FLAGS.representative_data:
-            raise ValueError(
-                f"--precision={FLAGS.precision} needs --representative_data="
-                "TFRECORD_GLOB to calibrate the activations."
-            )
+        if calibrated:
+            deploy_flags.check_calibration_flags(f"--precision={FLAGS.precision}")
         kind, model, reference, size, channels, output = _source()
         calibration = None
         if calibrated:
-            calibration, _ = datasets.tfrecord_images(
-                FLAGS.representative_data, size, FLAGS.num_calibration_images
+            calibration = deploy_flags.calibration_images(
+                f"--precision={FLAGS.precision}", size, channels
             )
-            calibration = preprocessing.match_channels(
-                calibration, channels, f"--representative_data={FLAGS.representative_data}"
-            )
-        evaluation = None
-        if FLAGS.report:
-            pixels, labels = datasets.load_images(
-                FLAGS.eval_data, size, FLAGS.num_eval_images, FLAGS.fashion_mnist_dir
-            )
-            where = f"--eval_data={FLAGS.eval_data}" if FLAGS.eval_data else "Fashion-MNIST"
-            evaluation = preprocessing.match_channels(pixels, channels, where), labels
+        evaluation = deploy_flags.comparison_images(size, channels)
     except (ValueError, OSError) as e:  # bad flags or data, unknown variant, missing files
         raise console.UserError.of(e) from e
     except openvino_packages.ExportError as e:

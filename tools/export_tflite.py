@@ -26,8 +26,8 @@ console.start_program(__name__, keras_backend="tensorflow")  # before TensorFlow
 from absl import flags
 
 from keras_vit_cli.machine import machine_info
-from keras_vit_deploy import datasets, preprocessing, recommend, serving, tflite, tflite_runtime
 from keras_vit_deploy import flags as deploy_flags
+from keras_vit_deploy import recommend, serving, tflite, tflite_runtime
 from keras_vit_deploy import report as report_lib
 
 FLAGS = flags.FLAGS
@@ -35,13 +35,7 @@ deploy_flags.define_export_flags(".tflite file to write.")
 deploy_flags.define_comparison_flags()
 flags.DEFINE_string("saved_model", None, "A SavedModel from tools/export_savedmodel.py.")
 flags.DEFINE_enum("quantization", "none", tflite.QUANTIZATIONS, "Weights/activations.")
-flags.DEFINE_string(
-    "representative_data",
-    None,
-    "TFRecord glob (tf.train.Example in the trainer's format, data/records.py) "
-    "to calibrate --quantization=int8 or int8_matmul.",
-)
-flags.DEFINE_integer("num_calibration_images", 200, "Representative images used.")
+deploy_flags.define_calibration_flags("--quantization=int8 or int8_matmul")
 flags.DEFINE_integer("latency_repeats", 200, "Timed invokes per thread count.")
 
 
@@ -71,24 +65,10 @@ def main(argv):
         loaded, model, reference, size, channels, output = _source()
         calibration = None
         if FLAGS.quantization in tflite.CALIBRATED:
-            if not FLAGS.representative_data:
-                raise ValueError(
-                    f"--quantization={FLAGS.quantization} needs --representative_data="
-                    "TFRECORD_GLOB to calibrate the activations."
-                )
-            calibration, _ = datasets.tfrecord_images(
-                FLAGS.representative_data, size, FLAGS.num_calibration_images
+            calibration = deploy_flags.calibration_images(
+                f"--quantization={FLAGS.quantization}", size, channels
             )
-            calibration = preprocessing.match_channels(
-                calibration, channels, f"--representative_data={FLAGS.representative_data}"
-            )
-        evaluation = None
-        if FLAGS.report:
-            pixels, labels = datasets.load_images(
-                FLAGS.eval_data, size, FLAGS.num_eval_images, FLAGS.fashion_mnist_dir
-            )
-            where = f"--eval_data={FLAGS.eval_data}" if FLAGS.eval_data else "Fashion-MNIST"
-            evaluation = preprocessing.match_channels(pixels, channels, where), labels
+        evaluation = deploy_flags.comparison_images(size, channels)
     except (ValueError, OSError) as e:  # bad flags or data, unknown variant, missing files
         raise console.UserError.of(e) from e
     if model is not None:
