@@ -51,8 +51,7 @@ def training_state(model, optimizer):
     them (it cannot copy a Keras 3 variable: "tf.function only supports singleton
     tf.Variables", Keras 3.15 / TF 2.21; tests/test_checkpointing.py)."""
     return tf.train.Checkpoint(
-        model=[v.value for v in model.variables],
-        optimizer=[v.value for v in optimizer.variables],
+        model=_variables(model.variables), optimizer=_variables(optimizer.variables)
     )
 
 
@@ -71,13 +70,22 @@ def _step_of(path):
     return int(match.group(1)) if match else None
 
 
-def _path_of(directory, step):
-    """The prefix of the checkpoint of `step` in `directory` or its history, or None."""
+def checkpoint_path(directory, step=None):
+    """(step, the prefix of its checkpoint) in `directory` or its history, the newest
+    for step None; CheckpointError naming the steps there when it has none of `step`."""
+    steps = saved_steps(directory)
+    step = steps[0] if step is None and steps else step
     for folder in (directory, os.path.join(directory, HISTORY)):
         path = os.path.join(folder, f"{PREFIX}-{step}")
-        if tf.io.gfile.exists(path + ".index"):
-            return path
-    return None
+        if step is not None and tf.io.gfile.exists(path + ".index"):
+            return int(step), path
+    held = ", ".join(map(str, steps)) or "none"
+    raise CheckpointError(f"{directory} has no checkpoint of step {step} (it has: {held}).")
+
+
+def _variables(objects):
+    """The tf.Variables behind Keras variables (what a checkpoint holds, by position)."""
+    return [v.value for v in objects]
 
 
 def restore_model(model, directory, step=None):
@@ -85,14 +93,9 @@ def restore_model(model, directory, step=None):
     checkpoint of `step` (default: the newest) in `directory` (RUN/checkpoints): the
     weights of that step, to look at, evaluate or export (the optimizer's state is left
     out). Returns the step; CheckpointError when there is none."""
-    steps = saved_steps(directory)
-    step = steps[0] if step is None and steps else step
-    path = _path_of(directory, step) if step is not None else None
-    if path is None:
-        held = ", ".join(map(str, steps)) or "none"
-        raise CheckpointError(f"{directory}: no checkpoint of step {step} (it has: {held}).")
-    tf.train.Checkpoint(model=[v.value for v in model.variables]).restore(path).expect_partial()
-    return int(step)
+    step, path = checkpoint_path(directory, step)
+    tf.train.Checkpoint(model=_variables(model.variables)).restore(path).expect_partial()
+    return step
 
 
 def check_not_old(directory):
@@ -129,32 +132,12 @@ class RunCheckpoints:
                 state, os.path.join(directory, HISTORY), max_to_keep=None, checkpoint_name=PREFIX
             )
 
-    # --- what is there ------------------------------------------------------------------
-
-    def steps(self):
-        """Every step with a checkpoint, newest first."""
-        return saved_steps(self.directory)
-
-    def path_of(self, step):
-        return _path_of(self.directory, step)
-
     # --- restore ------------------------------------------------------------------------
 
-    def restore(self, step=None):
-        """Restores the newest checkpoint, or that of `step`; returns its step (0: none,
-        a fresh run). CheckpointError for a step not there, naming those that are."""
-        steps = self.steps()
-        if step is None:
-            if not steps:
-                return 0
-            step = steps[0]
-        path = self.path_of(int(step))
-        if path is None:
-            held = ", ".join(map(str, steps)) or "none"
-            raise CheckpointError(
-                f"--config.resume_step={step}: {self.directory} has no checkpoint of that "
-                f"step (it has: {held})."
-            )
+    def restore(self, step):
+        """Restores the checkpoint of `step`; returns the step. CheckpointError for a
+        step not there (naming those that are), or a checkpoint of another model."""
+        step, path = checkpoint_path(self.directory, step)
         status = self.state.restore(path)
         try:
             status.assert_existing_objects_matched()
@@ -163,7 +146,7 @@ class RunCheckpoints:
                 f"{path} does not hold this run's model and optimizer ({str(e)[:200]}); "
                 "train into a new --model_dir."
             ) from e
-        return int(step)
+        return step
 
     # --- save ---------------------------------------------------------------------------
 

@@ -91,6 +91,7 @@ class Classification(Evaluator):
         self.optional = bool(optional)
         self.batch_size = int(batch_size or context.batch_size)
         self._dataset = None
+        self._forward = None  # (model, its inference step)
 
     def available(self):
         return readers.as_reader(self.context.data).has_split(self.split)
@@ -137,7 +138,9 @@ class Classification(Evaluator):
         """The objective's weighted metrics, batch by batch in this process (each
         worker scores the whole split: no collective, so a worker can end it alone)."""
         metrics = self.context.objective.metrics(self.context.config)
-        forward = tf.function(lambda x: model(x, training=False))
+        if self._forward is None or self._forward[0] is not model:  # traced once per model
+            self._forward = (model, tf.function(lambda x: model(x, training=False)))
+        forward = self._forward[1]
         for x, y, w in self.dataset():
             if should_stop is not None and should_stop():
                 log.info("%s evaluation ended early (preemption)", self.name)

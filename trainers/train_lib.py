@@ -230,15 +230,14 @@ def plan(config, strategy, checkpoint_dir):
     start = 0
     try:
         checkpointing.check_not_old(checkpoint_dir)
-        steps = checkpointing.saved_steps(checkpoint_dir)
         wanted = config.get("resume_step")
-        if wanted is not None and int(wanted) not in steps:
-            held = ", ".join(map(str, steps)) or "none"
-            raise checkpointing.CheckpointError(
-                f"--config.resume_step={wanted}: {checkpoint_dir} has no checkpoint of that "
-                f"step (it has: {held})."
-            )
-        start = int(wanted) if wanted is not None else (steps[0] if steps else 0)
+        if wanted is not None:
+            try:
+                start, _ = checkpointing.checkpoint_path(checkpoint_dir, int(wanted))
+            except checkpointing.CheckpointError as e:
+                raise checkpointing.CheckpointError(f"--config.resume_step={wanted}: {e}") from e
+        else:
+            start = next(iter(checkpointing.saved_steps(checkpoint_dir)), 0)
         checkpointing.check_plan(
             checkpoint_dir, {"batch": batch, "total_steps": total_steps}, start
         )
