@@ -120,6 +120,7 @@ class RunCheckpoints:
     def __init__(self, directory, state, *, chief=True, keep=3, keep_every=0, async_save=False):
         self.directory, self.state, self.chief = directory, state, chief
         self.keep_every = int(keep_every or 0)
+        self.last_saved = None  # the step this run saved last
         self.options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=async_save)
         self.async_save = bool(async_save) and chief
         run_directory.makedirs(directory)
@@ -160,9 +161,12 @@ class RunCheckpoints:
             finally:
                 shutil.rmtree(temporary, ignore_errors=True)
             return
-        if step in {_step_of(p) for p in self.manager.checkpoints}:
-            return  # saved already (a preemption at a scheduled checkpoint)
+        if step == self.last_saved:
+            return  # saved already by this run (a preemption at a scheduled checkpoint)
+        # A checkpoint of this step left by an earlier run (one resumed from an older
+        # step, --config.resume_step) is of another history: written over.
         self.manager.save(checkpoint_number=step, options=self.options)
+        self.last_saved = step
         if self.keep_every and step % self.keep_every == 0:
             self.history.save(checkpoint_number=step, options=self.options)
 
