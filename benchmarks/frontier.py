@@ -37,7 +37,7 @@ from absl import app, flags
 
 from keras_vit_benchmarks import trainer_runs
 from keras_vit_cli import commands
-from keras_vit_cli.machine import describe, machine_info, source_commit
+from keras_vit_cli.machine import describe, machine_info
 
 RESULTS = os.path.join(commands.ROOT, "benchmarks", "results", "frontier")
 FIGURE = os.path.join(commands.ROOT, "docs", "images", "frontier.png")
@@ -134,16 +134,6 @@ def best_lr(arm, points):
     return max(sweep, key=lambda p: p["validation_accuracy"])["learning_rate"]
 
 
-def holdout_records(work_dir):
-    """WORK/data_holdout: Fashion-MNIST's training images with a stratified 10% held
-    out as `validation` (the sweep never scores on the test split)."""
-    from keras_vit_data import fashion_mnist, writer
-
-    data_dir = os.path.join(work_dir, "data_holdout")
-    writer.ensure_records(fashion_mnist.source_name(), data_dir, holdout=0.1)
-    return data_dir
-
-
 def run_point(arm, steps, lr, seed, data_dir, sweep=False):
     """Trains one point (unless its JSON exists) and writes its JSON."""
     from keras_vit_benchmarks import speed_flops
@@ -199,15 +189,8 @@ def run_point(arm, steps, lr, seed, data_dir, sweep=False):
         "gflops_per_image": gflops,
         "train_pflops": speed_flops.step_flops(gflops * 1e9, images, "train") / 1e15,
         "model": spec,
-        "loadavg_before": load_before,
-        "loadavg_after": os.getloadavg(),
-        "commit": source_commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": machine_info(),
     }
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
+    result = trainer_runs.write_point(out, result, load_before)
     score = result["validation_accuracy"] if sweep else result["test_accuracy"]
     print(
         f"[{time.strftime('%H:%M:%S')}] {name}: {'validation' if sweep else 'test'} "
@@ -380,7 +363,7 @@ def main(argv):
     data_dir = os.path.abspath(FLAGS.data_dir)
     todo = plan(FLAGS.stage, points)
     if FLAGS.stage == "sweep":
-        data_dir = holdout_records(FLAGS.work_dir)
+        data_dir = trainer_runs.holdout_records(FLAGS.work_dir)
     elif not os.path.exists(os.path.join(data_dir, "manifest.json")):
         raise app.UsageError(f"--data_dir={FLAGS.data_dir}: no records (run make data)")
     print(f"{describe(machine_info())}\n{len(todo)} points", flush=True)

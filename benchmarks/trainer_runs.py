@@ -73,6 +73,36 @@ def export_random_init(config, run_dir, seed, num_classes, like=None):
     return run_dir
 
 
+def holdout_records(work_dir):
+    """WORK/data_holdout: Fashion-MNIST's training images with a stratified 10% held
+    out as `validation` (a sweep never scores on the test split)."""
+    from keras_vit_data import fashion_mnist, writer
+
+    data_dir = os.path.join(work_dir, "data_holdout")
+    writer.ensure_records(fashion_mnist.source_name(), data_dir, holdout=0.1)
+    return data_dir
+
+
+def write_point(path, result, load_before):
+    """Writes `result` (one benchmark point) to `path` as JSON, with the machine's load
+    before (`load_before`, os.getloadavg()) and after the run, the commit, the date and
+    the machine (cli/machine.py)."""
+    from keras_vit_cli.machine import machine_info, source_commit
+
+    result = dict(
+        result,
+        loadavg_before=load_before,
+        loadavg_after=os.getloadavg(),
+        commit=source_commit(),
+        date=time.strftime("%Y-%m-%d %H:%M"),
+        machine=machine_info(),
+    )
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
 def mean_std(values):
     """(mean, sample standard deviation; 0 for one value)."""
     values = [float(v) for v in values]

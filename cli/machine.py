@@ -2,7 +2,8 @@
 
 The project's figures come from several kinds of 2-core CPU that differ up to 4x
 on the same benchmark, and that /proc/cpuinfo's model name alone ("AMD EPYC") does
-not tell apart: AMD EPYC Zen 3 (family 25, AVX2 and FMA only), Zen 4 (family 25,
+not tell apart: AMD EPYC Zen (family 23, model 1: AVX2 and FMA only, the slowest),
+Zen 3 (family 25, AVX2 and FMA only), Zen 4 (family 25,
 models 0x10-0x1f and 0xa0-0xaf: AVX-512, AVX-512-BF16, no AMX), family 26 (Zen 5:
 AVX-512, AVX-512-BF16, no AMX), and Intel Xeon Sapphire Rapids (family 6, model
 143: AVX-512, AVX-512-BF16, AVX-512-VNNI, AMX). `machine_info` records the family,
@@ -47,6 +48,8 @@ def cpu_kind(vendor, family, model):
         family, model = int(family), int(model)
     except (TypeError, ValueError):
         return None
+    if vendor == "AuthenticAMD" and family == 23:  # Zen / Zen+ below model 0x30, else Zen 2
+        return "AMD Zen 2" if model >= 0x30 else "AMD Zen"
     if vendor == "AuthenticAMD" and family == 25:
         zen4 = 0x10 <= model <= 0x1F or 0x60 <= model <= 0x7F or 0xA0 <= model <= 0xAF
         return "AMD Zen 4" if zen4 else "AMD Zen 3"

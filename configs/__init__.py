@@ -9,7 +9,8 @@ in the repository and with a wheel install, from any folder:
   --config=families:dinov2                 ... with get_config's argument
   --config=configs/fashion_mnist.py        where no such file is here: the installed one
 
-Stdlib only: finding a recipe imports none of them (nor TensorFlow).
+Stdlib only: finding a recipe imports none of them (nor TensorFlow); `load` imports
+the one it loads.
 """
 
 import os
@@ -49,6 +50,18 @@ def find(value):
         f"--config={value}: no such file nor installed config (give a config file's path, or "
         f"one of {', '.join(names())}, e.g. --config=fashion_mnist or --config=families:dinov2)"
     )
+
+
+def load(value):
+    """The ConfigDict of `--config=value` (`find`; `:argument` passed to get_config), as
+    the trainers' --config flag loads it: imports the recipe (and ml_collections)."""
+    import importlib.util
+
+    path, _, argument = find(value).partition(":")
+    spec = importlib.util.spec_from_file_location("keras_vit_recipe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(argument) if argument else module.get_config()
 
 
 def run_name(value):

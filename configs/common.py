@@ -30,10 +30,12 @@ IMAGENET1K_TRAIN_IMAGES = 1_268_355  # train[:99%] of 1,281,167
 IMAGENET21K_TRAIN_IMAGES = 12_743_321  # ~13M, as in the paper
 
 
-def classification_eval(split="test", every=0, batch_size=0, optional=False):
+def classification_eval(split="test", every=0, batch_size=0, optional=False, flip=False):
     """A `classification` evaluator: the compiled metrics on `split`, every `every`
     steps (0: once, at the end of training; -1: never), in batches of `batch_size`
-    (0: the training batch size); `optional`: data without the split skip it quietly."""
+    (0: the training batch size); `optional`: data without the split skip it quietly;
+    `flip`: the mean of the logits of each image and its mirror image (test-time
+    augmentation, twice the cost)."""
     return ml_collections.ConfigDict(
         dict(
             type="classification",
@@ -41,6 +43,7 @@ def classification_eval(split="test", every=0, batch_size=0, optional=False):
             every=every,
             batch_size=batch_size,
             optional=optional,
+            flip=flip,
         )
     )
 

@@ -65,3 +65,44 @@ def test_the_evaluators_history_has_the_per_example_loss(tmp_path):
         losses[batch] = evaluator.history[7]["loss"]
         assert losses[batch] == evaluator.scalars[7]["loss"]
     np.testing.assert_allclose(losses[BATCH], losses[N_TEST], rtol=1e-5)
+
+
+def test_flip_scores_the_mean_logits_of_each_image_and_its_mirror(tmp_path):
+    """`flip=True` (test-time augmentation) scores the mean of the logits of each image
+    and of its left-right mirror, padding rows still left out; the loss follows the
+    same logits."""
+    import tensorflow as tf
+
+    from keras_vit_trainers import evaluators
+
+    data, config, objective, model, spec = _tiny_run(tmp_path)
+    rng = np.random.default_rng(0)
+    for variable in model.trainable_variables:  # the head starts at zero: logits all 0
+        variable.assign(0.2 * rng.standard_normal(variable.shape).astype("float32"))
+    context = evaluators.Context(data, spec, objective, tf.distribute.get_strategy(), BATCH, config)
+    flipped = evaluators.Classification("test", 0, context, split="test", flip=True)
+    results = flipped.run(model, step=3)
+    whole = input_pipeline.eval_dataset(data, spec, batch_size=N_TEST, split="test")
+    images, labels, _ = next(iter(whole))
+    images = np.asarray(images)
+    logits = np.asarray(model(images, training=False), np.float64)
+    mirrored = np.asarray(model(images[:, :, ::-1, :], training=False), np.float64)
+    assert not np.allclose(logits, mirrored, atol=1e-4)  # the model is not symmetric
+    mean = (logits + mirrored) / 2
+    labels = np.argmax(np.asarray(labels), -1)
+    assert abs(results[objective.metric_name] - np.mean(np.argmax(mean, -1) == labels)) < 1e-6
+    one_hot = np.eye(mean.shape[-1], dtype="float32")[labels]
+    per_example = objective.loss(config, reduction=None)(one_hot, mean.astype("float32"))
+    np.testing.assert_allclose(results["loss"], np.mean(per_example), rtol=1e-5)
+
+
+def test_flip_is_refused_where_the_targets_do_not_mirror(tmp_path):
+    import tensorflow as tf
+
+    from keras_vit_trainers import evaluators
+
+    data, config, _, _, spec = _tiny_run(tmp_path)
+    masked = objectives.get("masked_patch")
+    context = evaluators.Context(data, spec, masked, tf.distribute.get_strategy(), BATCH, config)
+    with pytest.raises(ValueError, match="flip=True .*'masked_patch'"):
+        evaluators.Classification("test", 0, context, split="test", flip=True)

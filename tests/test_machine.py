@@ -9,6 +9,8 @@ from keras_vit_cli import machine
 @pytest.mark.parametrize(
     "vendor, family, model, kind",
     [
+        ("AuthenticAMD", "23", "1", "AMD Zen"),
+        ("AuthenticAMD", "23", "49", "AMD Zen 2"),
         ("AuthenticAMD", "25", "1", "AMD Zen 3"),
         ("AuthenticAMD", "25", "17", "AMD Zen 4"),
         ("AuthenticAMD", "26", "2", "AMD Zen 5"),

@@ -18,7 +18,7 @@ fashion_mnist_hybrid; the plain ViT: --config=fashion_mnist).
 
 Usage:
   keras-vit-demo [--model_dir=runs/fashion_mnist_hybrid] [--data_dir=runs/data/fashion_mnist]
-                 [--config=fashion_mnist | --config=PATH.py] [--steps=N]
+                 [--config=fashion_mnist | --config=PATH.py] [--steps=N] [--budget_s=900]
                  [extra trainer flags, e.g. --config.batch_size=64]
   (python tools/demo.py ... in the repository, python -m keras_vit_tools.demo anywhere)
 
@@ -27,6 +27,11 @@ Example, a two-step run (a check that everything works, not a trained model):
 
 --steps=N trains N steps instead of the config's, its warm-up a fifteenth of them, one
 checkpoint and one test evaluation at the end (flags given after it still win).
+
+The demo's own recipe trains for what fits 15 minutes, set-up included, on this
+machine (tools/demo_budget.py: its CPU kind's measured images/s; 2,100 steps on the
+AVX2-only AMD EPYC Zen, 5,175 on AMD Zen 4): --budget_s=SECONDS sets another budget,
+--budget_s=0 or --config.total_steps=N trains the config's or N steps.
 
 --config takes an installed recipe's name or a config file's path (keras_vit_configs.find);
 every other --config.KEY=VALUE flag goes to the trainer.
@@ -40,6 +45,7 @@ import time
 
 import keras_vit_configs
 from keras_vit_cli import commands, console
+from keras_vit_tools import demo_budget
 
 # The compute frontier's winner at the demo's budget (docs/training.md); the ViT is
 # configs/fashion_mnist.py (--config=fashion_mnist).
@@ -65,6 +71,29 @@ def short_run(steps):
     ]
 
 
+def _given(args, name):
+    return any(a.startswith(f"--{name}=") for a in args)
+
+
+def budget_run(args, budget):
+    """The trainer flags of the demo's budget (`--budget_s`, default
+    demo_budget.BUDGET_S): the steps that fit it at this machine's measured speed."""
+    from keras_vit_cli.machine import machine_info
+
+    try:
+        budget_s = float(budget or demo_budget.BUDGET_S)
+    except ValueError:
+        console.fail(f"--budget_s={budget}: expected a number of seconds", console.USAGE)
+    batch = _opt(list(args), "config.batch_size", None)
+    batch = int(batch or keras_vit_configs.load(DEMO_CONFIG).batch_size)
+    try:
+        count, why = demo_budget.steps(machine_info(), batch, budget_s)
+    except ValueError as e:
+        console.fail(str(e), console.USAGE)
+    print(f"demo: {why}", flush=True)
+    return demo_budget.flags(count)
+
+
 def _step(cmd, **kwargs):
     """Runs one of the demo's programs; where it fails (its own one line printed), the
     demo exits with its code."""
@@ -80,10 +109,13 @@ def main(argv):
         return None
     given = _opt(args, "config", DEMO_CONFIG)
     steps = _opt(args, "steps", None)
+    budget = _opt(args, "budget_s", None)
     if steps is not None:
         if not (steps.isdigit() and int(steps) > 0):
             console.fail(f"--steps={steps}: expected a positive number of steps", console.USAGE)
         args = [*short_run(int(steps)), *args]
+    elif budget != "0" and given == DEMO_CONFIG and not _given(args, "config.total_steps"):
+        args = [*budget_run(args, budget), *args]
     data_dir = _opt(args, "data_dir", commands.DEMO_DATA_DIR)
     try:
         config = keras_vit_configs.find(given)  # before any data is written
@@ -146,9 +178,11 @@ def main(argv):
         _step(commands.tool_command(tool, *flags), env=env, stdout=subprocess.DEVNULL)
     with open(report_path) as f:
         report = json.load(f)
+    flip = metrics.get("test_flip_accuracy")  # the recipe's test-time flip (evals.test_flip)
     print(
-        f"\nFashion-MNIST test accuracy: {metrics['test_accuracy']:.4f} "
-        f"(step {metrics['step']}, {metrics['train_images_per_second']:.0f} train images/s, "
+        f"\nFashion-MNIST test accuracy: {metrics['test_accuracy']:.4f}"
+        + (f", {flip:.4f} with test-time flip" if flip is not None else "")
+        + f" (step {metrics['step']}, {metrics['train_images_per_second']:.0f} train images/s, "
         f"{time.time() - t0:.0f} s wall)"
     )
     print(

@@ -21,6 +21,7 @@ TensorBoard (RUN/tensorboard/<name>) and metrics.json (`<name>_<metric>`, and
 import dataclasses
 import logging
 
+import keras
 import tensorflow as tf
 
 from keras_vit_data import readers
@@ -83,13 +84,29 @@ class Classification(Evaluator):
     {'accuracy' (objective.metric_name), 'loss' (objective.loss_metric_name, the
     per-example loss, padding excluded)}. A split the data does not have is skipped
     by `build`: with a warning, or, `optional` (the default `validation` evaluator:
-    most data sets have none), with an info line."""
+    most data sets have none), with an info line.
 
-    def __init__(self, name, every, context, split="test", batch_size=0, optional=False):
+    `flip`: test-time augmentation by the horizontal mirror: the model's output for a
+    batch (N, H, W, C) is the mean of its logits for the images and for the images
+    mirrored left to right (twice the evaluation's cost). For objectives whose targets
+    do not turn with the image (classification), and not on TPU (which evaluates with
+    Keras' `model.evaluate`)."""
+
+    def __init__(
+        self, name, every, context, split="test", batch_size=0, optional=False, flip=False
+    ):
         super().__init__(name, every, context)
         self.split = split
         self.optional = bool(optional)
         self.batch_size = int(batch_size or context.batch_size)
+        self.flip = bool(flip)
+        if self.flip and context.objective.name != "classification":
+            raise ValueError(
+                f"flip=True mirrors the images, which the {context.objective.name!r} "
+                "objective's targets do not follow; flip needs the classification objective"
+            )
+        if self.flip and isinstance(context.strategy, tf.distribute.TPUStrategy):
+            raise ValueError("flip=True is not supported on TPU (model.evaluate there)")
         self._dataset = None
         self._forward = None  # (model, its inference step)
 
@@ -139,7 +156,7 @@ class Classification(Evaluator):
         worker scores the whole split: no collective, so a worker can end it alone)."""
         metrics = self.context.objective.metrics(self.context.config)
         if self._forward is None or self._forward[0] is not model:  # traced once per model
-            self._forward = (model, tf.function(lambda x: model(x, training=False)))
+            self._forward = (model, tf.function(self._inference(model)))
         forward = self._forward[1]
         for x, y, w in self.dataset():
             if should_stop is not None and should_stop():
@@ -149,6 +166,18 @@ class Classification(Evaluator):
             for metric in metrics:
                 metric.update_state(y, y_pred, sample_weight=w)
         return {m.name: float(m.result()) for m in metrics}
+
+    def _inference(self, model):
+        """images (N, H, W, C) -> logits (N, classes): the model's, or with `flip` the
+        mean of the model's for the images and their mirror images."""
+        if not self.flip:
+            return lambda x: model(x, training=False)
+        width = 2 if keras.config.image_data_format() == "channels_last" else 3
+
+        def forward(x):
+            return (model(x, training=False) + model(tf.reverse(x, [width]), training=False)) / 2
+
+        return forward
 
 
 @register("fewshot")
