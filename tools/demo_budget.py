@@ -1,10 +1,10 @@
 """How long `make demo` trains: the steps that fit its 15 minutes, set-up included, on
 the machine at hand.
 
-The CPU kinds the demo runs on train its model at 450 to 1,100 images/s (2 cores,
+The CPU kinds the demo runs on train its model at 416 to 1,111 images/s (2 cores,
 the same recipe), so a fixed step count either leaves minutes unused on the fast
 kinds or overruns the budget on the slow ones (4,800 steps: 14 min on AMD Zen 4,
-27 min on the AVX2-only AMD EPYC Zen). The demo trains for
+about 29 on the AVX2-only AMD EPYC Zen). The demo trains for
 
     steps = (BUDGET_S - OVERHEAD_S) * images/s of this machine's kind / batch size
 
@@ -28,11 +28,12 @@ BUDGET_S = 900  # the README's promise: `make demo` in 15 minutes, set-up includ
 OVERHEAD_S = 300
 
 # fashion_mnist_hybrid's training images/s at batch 128 (float32, XLA, the default
-# strategy, 2 cores): the steady rate of a full demo run on each kind.
+# strategy, 2 cores): the trainer's train_images_per_second of a full-length run on
+# each kind (compilation included).
 IMAGES_PER_SECOND = {
     "AMD Zen 4": 1111,  # demo_accuracy.json, 2026-12-04 (seed 0, 4,800 steps)
     "Intel Sapphire Rapids": 1058,  # a bare clone's make demo, 2026-12-03
-    "AMD Zen": 450,  # recipe sweep base point, 2026-12-05
+    "AMD Zen": 416,  # benchmarks/results/recipe/base_steps2100_seed0.json, 2026-12-05
 }
 # Kinds not in the table: the slowest measured kind of their class.
 AVX512_KINDS = ("AMD Zen 4", "Intel Sapphire Rapids")
