@@ -29,8 +29,8 @@ Example, a two-step run (a check that everything works, not a trained model):
 checkpoint and one test evaluation at the end (flags given after it still win).
 
 The demo's own recipe trains for what fits 15 minutes, set-up included, on this
-machine (tools/demo_budget.py: its CPU kind's measured images/s; 1,950 steps on the
-AVX2-only AMD EPYC Zen, 5,190 on AMD Zen 4): --budget_s=SECONDS sets another budget,
+machine (tools/demo_budget.py: its CPU kind's measured images/s; 1,740 steps on the
+AVX2-only AMD EPYC Zen, 4,680 on AMD Zen 4): --budget_s=SECONDS sets another budget,
 --budget_s=0 or --config.total_steps=N trains the config's or N steps.
 
 --config takes an installed recipe's name or a config file's path (keras_vit_configs.find);

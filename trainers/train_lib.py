@@ -569,9 +569,8 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
         metrics["learning_curve"] = _learning_curve(run, evals, objective, metrics)
         run.write_json(run.metrics, metrics)
     for evaluator in evals:
-        for k, v in sorted(metrics.items()):
-            if k.startswith(f"{evaluator.name}_") and isinstance(v, float):
-                log.info("%s %s: %.4f", evaluator.name, k[len(evaluator.name) + 1 :], v)
+        for k, v in sorted(evaluator.scalars.get(step, {}).items()):
+            log.info("%s %s: %.4f", evaluator.name, k, v)
     return metrics
 
 
