@@ -178,7 +178,9 @@ def test_training_and_export_print_only_our_lines(tmp_path):
         KERAS_VIT_VERBOSITY="library",
         PYTHONPATH=testing.ROOT,
     )
-    assert loud.returncode == 0 and "oneDNN custom operations" in loud.stderr, loud.stderr
+    # TensorFlow's own start-up lines come back; which ones depends on the CPU (the oneDNN
+    # banner where TensorFlow turns oneDNN on, AVX-512 kinds; the CPU-feature line on AVX2).
+    assert loud.returncode == 0 and _noise(loud.stderr), loud.stderr
 
 
 def test_warnings_show_from_our_modules_only(monkeypatch):
