@@ -28,7 +28,6 @@ the arm's config. Measurements, not pass/fail; the machine is named in every JSO
 (cli/machine.py): compare wall times within one machine only.
 """
 
-import glob
 import json
 import os
 import time
@@ -116,14 +115,6 @@ FLAGS = flags.FLAGS
 
 def point_name(arm, steps, lr, seed, sweep=False):
     return f"{'sweep_' if sweep else ''}{arm}_steps{steps}_lr{lr:g}_seed{seed}"
-
-
-def load_points():
-    points = []
-    for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
-        with open(path) as f:
-            points.append(json.load(f))
-    return points
 
 
 def best_lr(arm, points):
@@ -351,7 +342,7 @@ def report(points):
 
 def main(argv):
     del argv
-    points = load_points()
+    points = trainer_runs.load_points(RESULTS)
     if FLAGS.plot:
         if not points:
             raise app.UsageError(f"no points in {RESULTS}")

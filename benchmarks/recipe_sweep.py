@@ -3,7 +3,7 @@ r"""The demo's recipe swept at the demo's budget: each point is `make demo`'s co
 images on 90% of Fashion-MNIST's training images and scored on the held-out tenth
 (WORK/data_holdout, tools/make_tfrecords.py --holdout), never on the test split.
 
-  python benchmarks/recipe_sweep.py --work_dir=WORK [--points=base,ema,...] [--seeds=0]
+  python benchmarks/recipe_sweep.py --work_dir=WORK --steps=N [--points=base,ema,...] [--seeds=0]
 
   python benchmarks/recipe_sweep.py --table     # the table docs/training.md shows
 
@@ -21,8 +21,6 @@ under the seeds' spread (about 0.3 points on the test split,
 benchmarks/results/demo_accuracy.json) are not resolved.
 """
 
-import glob
-import json
 import os
 import time
 
@@ -131,14 +129,11 @@ def run_point(point, seed, data_dir):
 
 def table():
     """docs/training.md's table: a row a point, in POINTS' order, seeds averaged."""
-    points = []
-    for path in glob.glob(os.path.join(RESULTS, "*.json")):
-        with open(path) as f:
-            points.append(json.load(f))
+    points = trainer_runs.load_points(RESULTS)
     if not points:
         raise app.UsageError(f"no points in {RESULTS}")
     base = [p for p in points if p["point"] == "base"]
-    base_acc = sum(p["validation_accuracy"] for p in base) / len(base) if base else None
+    base_acc = trainer_runs.mean_std([p["validation_accuracy"] for p in base])[0] if base else None
     print(describe(points[0]["machine"]))
     print("| axis | point | validation | with flip | vs base | seeds |")
     print("|---|---|---|---|---|---|")

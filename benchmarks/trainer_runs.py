@@ -83,6 +83,17 @@ def holdout_records(work_dir):
     return data_dir
 
 
+def load_points(folder):
+    """The benchmark points (`write_point`'s JSONs) in `folder`, in file-name order."""
+    import glob
+
+    points = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path) as f:
+            points.append(json.load(f))
+    return points
+
+
 def write_point(path, result, load_before):
     """Writes `result` (one benchmark point) to `path` as JSON, with the machine's load
     before (`load_before`, os.getloadavg()) and after the run, the commit, the date and

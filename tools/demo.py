@@ -71,10 +71,6 @@ def short_run(steps):
     ]
 
 
-def _given(args, name):
-    return any(a.startswith(f"--{name}=") for a in args)
-
-
 def budget_run(args, budget):
     """The trainer flags of the demo's budget (`--budget_s`, default
     demo_budget.BUDGET_S): the steps that fit it at this machine's measured speed."""
@@ -114,7 +110,11 @@ def main(argv):
         if not (steps.isdigit() and int(steps) > 0):
             console.fail(f"--steps={steps}: expected a positive number of steps", console.USAGE)
         args = [*short_run(int(steps)), *args]
-    elif budget != "0" and given == DEMO_CONFIG and not _given(args, "config.total_steps"):
+    elif (
+        budget != "0"
+        and given == DEMO_CONFIG
+        and _opt(list(args), "config.total_steps", None) is None
+    ):
         args = [*budget_run(args, budget), *args]
     data_dir = _opt(args, "data_dir", commands.DEMO_DATA_DIR)
     try:
