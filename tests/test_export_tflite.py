@@ -26,21 +26,20 @@ pytestmark = pytest.mark.skipif(
 )
 
 NUM_IMAGES = 200
-# Per quantisation: (min top-1 agreement, max |delta probability|) on NUM_IMAGES
-# for the briefly trained tiny model. float32: the same arithmetic reordered;
-# float16 weights: relative error ~1e-3 per weight; int8 steps are 1/127 of a
-# tensor's range (weights; and activations' calibrated ranges for full int8).
-# float16 and dynamic_int8 hold the issue's targets (99.5%, 99%); full int8's
-# 98% target is measured on 1000 images by benchmarks/tflite.py, where one
-# image is 0.1% (here 0.5%), so this test asks 95%. int8_matmul quantises the
-# same matmuls as int8 but keeps LayerNorm, softmax and GELU float: asked as
-# much as dynamic_int8.
-BOUNDS = {
-    "none": (1.0, 1e-5),
-    "float16": (0.995, 1e-2),
-    "dynamic_int8": (0.99, 0.05),
-    "int8": (0.95, 0.1),
-    "int8_matmul": (0.99, 0.05),
+# Per quantisation: max |delta probability| on NUM_IMAGES for the briefly
+# trained tiny model (et.assert_probabilities_follow). float32: the same arithmetic
+# reordered; float16 weights: relative error ~1e-3 per weight; int8 steps are
+# 1/127 of a tensor's range (weights; and activations' calibrated ranges for full
+# int8). The issue's top-1 agreement targets (float16 99.5%, dynamic_int8 99%,
+# int8 98%) are measured on 1000 images by benchmarks/tflite.py. int8_matmul
+# quantises the same matmuls as int8 but keeps LayerNorm, softmax and GELU float:
+# asked as much as dynamic_int8.
+MAX_DELTA = {
+    "none": 1e-5,
+    "float16": 1e-2,
+    "dynamic_int8": 0.05,
+    "int8": 0.1,
+    "int8_matmul": 0.05,
 }
 
 
@@ -84,11 +83,8 @@ def converted(saved_model, calibration_records):
 def test_converted_file_follows_the_keras_model(quantization, converted, model, images):
     pixels, _ = images
     expected = et.keras_probabilities(model, pixels)
-    assert len(set(expected.argmax(1))) >= 3  # agreement below means something
     result = tflite_runtime.TFLiteClassifier(converted[quantization]).predict(pixels)
-    agreement, max_delta = BOUNDS[quantization]
-    assert np.mean(result.argmax(1) == expected.argmax(1)) >= agreement
-    assert np.abs(result - expected).max() <= max_delta
+    et.assert_probabilities_follow(result, expected, MAX_DELTA[quantization])
     np.testing.assert_allclose(result.sum(axis=1), 1.0, atol=0.02)
 
 
