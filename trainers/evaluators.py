@@ -25,7 +25,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit_data import readers
-from keras_vit_trainers import fewshot_evaluator, input_pipeline
+from keras_vit_trainers import fewshot_evaluator, input_pipeline, tracing
 from keras_vit_trainers.summaries import write_scalar
 
 log = logging.getLogger("trainers")
@@ -156,7 +156,7 @@ class Classification(Evaluator):
         worker scores the whole split: no collective, so a worker can end it alone)."""
         metrics = self.context.objective.metrics(self.context.config)
         if self._forward is None or self._forward[0] is not model:  # traced once per model
-            self._forward = (model, tf.function(self._inference(model)))
+            self._forward = (model, tracing.function(self._inference(model)))
         forward = self._forward[1]
         for x, y, w in self.dataset():
             if should_stop is not None and should_stop():

@@ -37,6 +37,7 @@ from keras_vit_cli import console
 from keras_vit_configs import common
 from keras_vit_data import readers, records
 from keras_vit_trainers import input_pipeline
+from keras_vit_trainers.tracing import as_written
 
 log = logging.getLogger("trainers")
 
@@ -46,7 +47,7 @@ DEFAULTS = {k: v for k, v in common.fewshot_eval().items() if k not in ("type", 
 def _labels_batched(info, batch_size, bar, parse_labels=records.parse_labels):
     """read_labels' fast path: records parsed a batch at a time. Raises
     tf.errors.OpError, or ValueError for a record without a label."""
-    ds = records.read_records(info).batch(batch_size).map(parse_labels)
+    ds = records.read_records(info).batch(batch_size).map(as_written(parse_labels))
     labels = []
     for sparse in ds.prefetch(tf.data.AUTOTUNE):
         rows, values = sparse.indices.numpy()[:, 0], sparse.values.numpy()
@@ -70,7 +71,7 @@ def _labels_per_record(info, batch_size, bar, parse_labels=records.parse_labels)
     ds = (
         records.read_records(info)
         .enumerate()
-        .map(label, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .map(as_written(label), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     )
     positions, labels = [np.zeros([0], np.int64)], [np.zeros([0], np.int64)]
     for p, y in ds.ignore_errors().batch(batch_size).prefetch(tf.data.AUTOTUNE):
@@ -130,9 +131,13 @@ def subset_dataset(info, positions, batch_size, spec, reader=None):
         )
     )
     ds = ds.flat_map(
-        lambda f, skip, take, offset: records.file_records(f, skip, take).enumerate(start=offset)
+        as_written(
+            lambda f, skip, take, offset: records.file_records(f, skip, take).enumerate(
+                start=offset
+            )
+        )
     )
-    ds = ds.filter(lambda p, record: tf.gather(wanted, p))
+    ds = ds.filter(as_written(lambda p, record: tf.gather(wanted, p)))
 
     def process(position, record):
         encoded, label = input_pipeline.parse(record, None, False, reader)
@@ -140,7 +145,7 @@ def subset_dataset(info, positions, batch_size, spec, reader=None):
         image = input_pipeline.preprocess_eval(image, spec.image_size, spec.preprocessing)
         return image, label, position
 
-    ds = ds.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(as_written(process), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.ignore_errors().batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 

@@ -52,8 +52,10 @@ import tensorflow as tf
 from keras_vit import preprocessing as keras_vit_preprocessing
 from keras_vit.preprocessing import PIXEL_SCALE
 from keras_vit_data import image_header, readers, records, splits
+from keras_vit_trainers import tracing
 from keras_vit_trainers.augment import crops, mixing, randaugment
 from keras_vit_trainers.augment import settings as augment_settings
+from keras_vit_trainers.tracing import as_written
 
 AUTOTUNE = tf.data.AUTOTUNE
 MEAN, SCALE = PIXEL_SCALE, PIXEL_SCALE  # [0, 255] -> [-1, 1], as the official code.
@@ -154,14 +156,14 @@ def map_keeping_positions(ds, fn):
     Records go through `fn` in chunks of KEEPING_CHUNK, each chunk a small dataset of
     its records numbered 0..k-1 whose failures `ignore_errors` drops; the outputs that
     remain are then placed back at their numbers among zeros."""
-    fn = tf.function(fn)  # traced once for every chunk
+    fn = tracing.function(fn)  # traced once for every chunk
 
     def chunk(*elements):
         size = tf.shape(tf.nest.flatten(elements)[0], out_type=tf.int64)[0]
         done = (
             tf.data.Dataset.from_tensor_slices(elements)
             .enumerate()
-            .map(lambda i, element: (i, *fn(*element)))
+            .map(as_written(lambda i, element: (i, *fn(*element))))
             .ignore_errors(log_warning=True)
             .batch(size)
         )
@@ -169,12 +171,12 @@ def map_keeping_positions(ds, fn):
         return (
             done.concatenate(tf.data.Dataset.from_tensors(nothing))
             .take(1)
-            .map(lambda numbers, *outputs: _place(numbers, outputs, size))
+            .map(as_written(lambda numbers, *outputs: _place(numbers, outputs, size)))
         )
 
     # One element (a chunk) from each input, in turn: the input's order (deterministic).
     ds = ds.batch(KEEPING_CHUNK).interleave(
-        chunk, block_length=1, num_parallel_calls=AUTOTUNE, deterministic=True
+        as_written(chunk), block_length=1, num_parallel_calls=AUTOTUNE, deterministic=True
     )
     return ds.unbatch()
 
@@ -387,7 +389,7 @@ def records_stream(spec, share, positions=False):
                 )
             )
             return ds.interleave(
-                file_positions if positions else file_records,
+                as_written(file_positions if positions else file_records),
                 cycle_length=cycle,
                 block_length=1,
                 deterministic=True,
@@ -395,7 +397,7 @@ def records_stream(spec, share, positions=False):
             )
 
         num_groups = -(-len(files) // cycle)
-        ds = tf.data.Dataset.range(group, num_groups).flat_map(group_records)
+        ds = tf.data.Dataset.range(group, num_groups).flat_map(as_written(group_records))
         ds = ds.skip(first - group_start)
         if window > 1:  # stateless block shuffle: windows permuted by (seed, epoch, w)
 
@@ -406,13 +408,15 @@ def records_stream(spec, share, positions=False):
                 )
                 return tf.data.Dataset.from_tensor_slices(tf.gather(batch, order))
 
-            ds = ds.batch(window).enumerate(start=first // window).flat_map(shuffle)
-        return ds.enumerate(start=first).map(lambda i, r: (epoch, i, r))
+            ds = ds.batch(window).enumerate(start=first // window)
+            ds = ds.flat_map(as_written(shuffle))
+        return ds.enumerate(start=first).map(as_written(lambda i, r: (epoch, i, r)))
 
     resume_from = (share.skip // window) * window  # the window the stream resumes in
     ds = epoch_records(tf.constant(share.start_epoch, tf.int64), resume_from)
     ds = ds.skip(share.skip - resume_from)
-    later = tf.data.Dataset.range(share.start_epoch + 1, 2**62).flat_map(epoch_records)
+    later = tf.data.Dataset.range(share.start_epoch + 1, 2**62)
+    later = later.flat_map(as_written(epoch_records))
     ds = ds.concatenate(later)
     if share.stride > 1:
         ds = ds.shard(share.stride, share.offset)
@@ -453,14 +457,14 @@ def example_stage(ds, spec, reader=None, table=None):
                 return image, label
             return image, label, tf.gather(table.ok, position)
 
-        return ds.map(look_up, num_parallel_calls=AUTOTUNE, deterministic=True)
+        return ds.map(as_written(look_up), num_parallel_calls=AUTOTUNE, deterministic=True)
 
     def process(epoch, index, record):
         encoded, label = parse(record, spec.num_classes, spec.multi_label, reader)
         return augment(epoch, index, decode(encoded, spec.max_pixels)), label
 
     if spec.strict:  # a record that does not decode is fatal
-        return ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
+        return ds.map(as_written(process), num_parallel_calls=AUTOTUNE, deterministic=True)
     return map_keeping_positions(ds, process)  # step s reads the same records, whichever decode
 
 
@@ -470,9 +474,9 @@ def batch_stage(ds, spec, batch_size):
     mapped by spec.batch_fn."""
     ds = ds.batch(batch_size, drop_remainder=True)
     if not spec.strict:
-        ds = ds.map(fill_failed_rows, num_parallel_calls=AUTOTUNE, deterministic=True)
+        ds = ds.map(as_written(fill_failed_rows), num_parallel_calls=AUTOTUNE, deterministic=True)
     if spec.batch_fn is not None:
-        ds = ds.map(spec.batch_fn, num_parallel_calls=AUTOTUNE, deterministic=True)
+        ds = ds.map(as_written(spec.batch_fn), num_parallel_calls=AUTOTUNE, deterministic=True)
     return ds
 
 
@@ -483,7 +487,9 @@ def mix_stage(ds, spec, first_batch):
     if not (aug and (aug["mixup"] or aug["cutmix"])):
         return ds
     return ds.enumerate(start=first_batch).map(
-        mixing.batch_mixer(int(spec.seed), aug["mixup"], aug["cutmix"], spec.num_classes),
+        as_written(
+            mixing.batch_mixer(int(spec.seed), aug["mixup"], aug["cutmix"], spec.num_classes)
+        ),
         num_parallel_calls=AUTOTUNE,
         deterministic=True,
     )
@@ -555,9 +561,9 @@ def decoded_table(files, spec, reader=None):
         tf.data.Dataset.from_tensor_slices(
             (tf.constant(names), tf.constant(starts, tf.int64), tf.constant(counts, tf.int64))
         )
-        .flat_map(records.file_records)
+        .flat_map(as_written(records.file_records))
         .enumerate()
-        .map(decoded, num_parallel_calls=AUTOTUNE, deterministic=True)
+        .map(as_written(decoded), num_parallel_calls=AUTOTUNE, deterministic=True)
     )
     if not spec.strict:  # dropped here, marked not ok below
         ds = ds.ignore_errors(log_warning=True)
@@ -658,10 +664,10 @@ def service_records(info, spec, first_split=0):
         )
         f = order[k % num_files]
         ds = records.file_records(names[f], starts[f], counts[f]).enumerate(start=firsts[f])
-        return ds.map(lambda i, r: (epoch, i, r))
+        return ds.map(as_written(lambda i, r: (epoch, i, r)))
 
     ds = tf.data.Dataset.range(first_split, 2**62).interleave(
-        split_records,
+        as_written(split_records),
         cycle_length=min(CYCLE, num_files),
         block_length=1,
         num_parallel_calls=AUTOTUNE,
@@ -808,11 +814,11 @@ def eval_dataset(data, spec, *, batch_size, split="test", drop_remainder=False, 
         return preprocess_eval(image, image_size, spec.preprocessing), label
 
     if spec.strict:
-        ds = ds.map(process, num_parallel_calls=AUTOTUNE, deterministic=True)
-        ds = ds.map(lambda x, y: (x, y, tf.constant(1.0)))
+        ds = ds.map(as_written(process), num_parallel_calls=AUTOTUNE, deterministic=True)
+        ds = ds.map(as_written(lambda x, y: (x, y, tf.constant(1.0))))
     else:  # a record that does not decode: a zero image of weight 0, in its place
         ds = map_keeping_positions(ds, process)
-        ds = ds.map(lambda x, y, ok: (x, y, tf.cast(ok, tf.float32)))
+        ds = ds.map(as_written(lambda x, y, ok: (x, y, tf.cast(ok, tf.float32))))
     pad = (-info.num_examples) % batch_size
     if pad:
         label = tf.zeros(
@@ -826,7 +832,7 @@ def eval_dataset(data, spec, *, batch_size, split="test", drop_remainder=False, 
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     if spec.batch_fn is not None:
         batch_fn = spec.batch_fn
-        ds = ds.map(lambda x, y, w: (*batch_fn(x, y), w), num_parallel_calls=AUTOTUNE)
+        ds = ds.map(as_written(lambda x, y, w: (*batch_fn(x, y), w)), num_parallel_calls=AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return ds.with_options(options).prefetch(AUTOTUNE)

@@ -32,6 +32,8 @@ needs no loss scaling.
 import keras
 import tensorflow as tf
 
+from keras_vit_trainers import tracing
+
 
 def _first_tensor(structure):
     return next(t for t in tf.nest.flatten(structure) if t is not None)
@@ -92,9 +94,9 @@ class TrainStep:
                 name="train_sums",
                 aggregation=first_replica,
             )
-        step = tf.function(self._replica_step, jit_compile=bool(jit_compile))
+        step = tracing.function(self._replica_step, jit_compile=bool(jit_compile))
         self._replica_fn = step
-        self._run = tf.function(self._steps)
+        self._run = tf.function(self._steps)  # AutoGraph: its `for` over tf.range
 
     # --- on each replica --------------------------------------------------------------
 
