@@ -443,11 +443,13 @@ def error_line(error):
     return lines[0] if len(lines) == 1 else " ".join(lines)
 
 
-def fail(message, code=USAGE, error=None):
+def fail(message, code=USAGE, error=None, immediately=False):
     """Exits with `code` after one line on stderr: 'error: <message>'. With
     $KERAS_VIT_TRACEBACK set, the traceback comes first: that of `error`, else of the
     exception being handled, else the stack of the caller (a check that found the
-    mistake itself)."""
+    mistake itself). `immediately`: without the interpreter's teardown (after flushing
+    the streams and logging), for a process whose cluster is gone: TensorFlow's
+    teardown would wait on the lost peer and log its gRPC errors after our line."""
     sys.stdout.flush()
     if show_tracebacks():
         import traceback
@@ -459,6 +461,10 @@ def fail(message, code=USAGE, error=None):
             traceback.print_stack(sys._getframe(1), file=sys.stderr)
         sys.stderr.flush()
     print(f"error: {message}", file=sys.stderr, flush=True)
+    if immediately:
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(code)
     sys.exit(code)
 
 

@@ -248,7 +248,7 @@ def main(mode):
                 e, strategy_lib.this_task(), config.get("collective_timeout")
             )
             if lost and strategy_lib.kind(strategy) == "multi_worker":
-                _fail(lost, faults.EXIT_LOST_WORKER)
+                _fail(lost, faults.EXIT_LOST_WORKER, immediately=True)
             console.exit_on_user_error(e, cleanup)
             raise
 
