@@ -4,7 +4,7 @@ r"""Training time blocked by one checkpoint of a model's whole training state.
       --directory=/tmp/checkpoint_save [--repeats=3] [--json=PATH]
 
 The state is what the trainers save: the model's variables and AdamW's (step, first
-and second moments), built by the trainers' step (trainers/loop.py) on this machine's
+and second moments), built by the trainers' step (trainers/train_step.py) on this machine's
 default strategy. Three ways of saving it, interleaved, --repeats times each:
 
   keras_weights_h5   `model.save_weights(...weights.h5)` of the compiled model: what
@@ -55,7 +55,7 @@ def main(argv):
     import tensorflow as tf
 
     import keras_vit
-    from keras_vit_trainers import checkpointing, loop
+    from keras_vit_trainers import checkpointing, train_step
 
     keras.utils.set_random_seed(0)
     strategy = tf.distribute.get_strategy()
@@ -64,7 +64,7 @@ def main(argv):
     )
     optimizer = keras.optimizers.AdamW(1e-4)
     loss = keras.losses.CategoricalCrossentropy(from_logits=True)
-    loop.TrainStep(model, optimizer, loss, {}, strategy).build()
+    train_step.TrainStep(model, optimizer, loss, {}, strategy).build()
     model.compile(optimizer=optimizer, loss=loss)
     state = checkpointing.training_state(model, optimizer)
     print(describe(machine_info()))

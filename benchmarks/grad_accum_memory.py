@@ -4,7 +4,7 @@ r"""Peak host memory of one training step with and without gradient accumulation
       --batch=32 --accum=1,8 [--json=PATH]
 
 Each setting runs in its own process (peak RSS is per process): build the model and
-the trainers' optimizer (AdamW) and their training step (trainers/loop.py TrainStep with
+the trainers' optimizer (AdamW) and their training step (trainers/train_step.py TrainStep with
 N micro-batches, clipping after the all-reduce, no XLA), run two training steps on
 one global batch of `--batch` random images, and read the process's peak resident set
 size (`ru_maxrss`) before the first step (model + optimizer state + runtime) and after
@@ -48,7 +48,7 @@ def _child():
     import numpy as np
 
     import keras_vit
-    from keras_vit_trainers import loop, optimizers
+    from keras_vit_trainers import optimizers, train_step
 
     keras.utils.set_random_seed(0)
     model = keras_vit.build_model(
@@ -67,7 +67,7 @@ def _child():
     )
     import tensorflow as tf
 
-    step = loop.TrainStep(
+    step = train_step.TrainStep(
         model,
         optimizers.make_optimizer(config, 1e-4),
         keras.losses.CategoricalCrossentropy(from_logits=True),

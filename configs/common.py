@@ -131,7 +131,7 @@ def base_config(model="ViT_B16"):
     c.checkpoint_async = True
     c.resume_step = config_dict.FieldReference(None, field_type=int)
     # TensorBoard points between checkpoints: the means of the last log_every steps
-    # (0: one point per checkpoint interval only; trainers/callbacks.py RunLogger).
+    # (0: one point per checkpoint interval only; trainers/train_log.py RunLogger).
     c.log_every = 100
     # A lost worker ends a multi-worker run through TensorFlow's coordination service
     # (exit code 4; trainers/faults.py). collective_timeout: seconds each collective

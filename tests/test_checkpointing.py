@@ -44,15 +44,17 @@ def test_the_state_saves_asynchronously_and_restores_every_variable(tmp_path):
 
 
 def test_newest_are_kept_with_a_history_and_another_run_writes_over_its_steps(tmp_path):
-    from keras_vit_trainers import checkpointing
+    from keras_vit_trainers import checkpointing, controller
 
     model, _, checkpoints = _checkpoints(tmp_path, keep=2, keep_every=20)
+    action = checkpointing.CheckpointAction(checkpoints, every=10, total_steps=45)
     kernel = model.weights[0]
-    for step in (10, 20, 30, 40):
+    for step in (5, 10, 15, 20, 30, 40):  # due at 10, 20, 30, 40 only
         kernel.assign(np.full(kernel.shape, step, "float32"))
-        checkpoints.save(step)
+        action.after_steps(controller.Boundary(step))
+    assert action.last_good == 40
     kernel.assign(np.full(kernel.shape, -1.0, "float32"))
-    checkpoints.save(40)  # the same step again in this run (a preemption there): kept as it was
+    action.save_now(40)  # the same step again in this run (a preemption there): kept as it was
     assert checkpointing.saved_steps(str(tmp_path)) == [40, 30, 20]
     assert sorted(os.listdir(tmp_path / "history")) == sorted(
         [
@@ -67,9 +69,10 @@ def test_newest_are_kept_with_a_history_and_another_run_writes_over_its_steps(tm
     # step 30 is written over the first run's.
     model, _, resumed = _checkpoints(tmp_path, keep=2, keep_every=20)
     kernel = model.weights[0]
-    assert resumed.restore(20) == 20
+    action = checkpointing.CheckpointAction(resumed, every=10, total_steps=45)
+    assert action.restore(20) == 20 and action.last_good == 20
     kernel.assign(np.full(kernel.shape, 300.0, "float32"))
-    resumed.save(30)
+    action.after_steps(controller.Boundary(30))
     assert checkpointing.restore_model(model, str(tmp_path), 30) == 30
     assert float(np.array(kernel).max()) == 300.0
     with pytest.raises(checkpointing.CheckpointError, match=r"no checkpoint of step 25 \(it has"):

@@ -1,4 +1,4 @@
-"""Gradient accumulation (config.grad_accum_steps, trainers/loop.py): an update from N
+"""Gradient accumulation (config.grad_accum_steps, trainers/train_step.py): an update from N
 micro-batches equals the update from one batch of them."""
 
 import keras
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit_trainers import loop, optimizers, schedules
+from keras_vit_trainers import optimizers, schedules, train_step
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the trainers are TensorFlow programs"
@@ -29,7 +29,7 @@ def _train(accum, x, y, ema=0.5):
     loss = keras.losses.CategoricalCrossentropy(from_logits=True)
     accuracy = {"accuracy": keras.metrics.categorical_accuracy}
     strategy = tf.distribute.get_strategy()
-    step = loop.TrainStep(
+    step = train_step.TrainStep(
         model, optimizer, loss, accuracy, strategy, accum=accum, clip_norm=config.grad_clip_norm
     )
     step.build()
@@ -69,7 +69,7 @@ def test_accumulated_micro_batches_equal_one_big_batch():
 def test_batch_not_divisible_is_refused():
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     strategy = tf.distribute.get_strategy()
-    step = loop.TrainStep(
+    step = train_step.TrainStep(
         model, keras.optimizers.SGD(), keras.losses.MeanSquaredError(), {}, strategy, accum=3
     )
     step.build()
@@ -90,7 +90,9 @@ def test_one_update_is_plain_sgd_on_the_batch_mean_loss():
     with tf.GradientTape() as tape:
         value = loss(y, model(x))
     grads = [np.array(g) for g in tape.gradient(value, model.trainable_variables)]
-    step = loop.TrainStep(model, keras.optimizers.SGD(0.5), loss, {}, tf.distribute.get_strategy())
+    step = train_step.TrainStep(
+        model, keras.optimizers.SGD(0.5), loss, {}, tf.distribute.get_strategy()
+    )
     step.build()
     step.run(iter(tf.data.Dataset.from_tensors((x, y))), 1)
     for w, w0, g in zip(model.get_weights(), before, grads):

@@ -282,7 +282,7 @@ def test_the_private_names_are_keras_own_and_cover_what_we_used_to_reach():
         "_symbolic_build",
         "_loss_tracker",
         "_all_reduce_sum_gradients",  # trainers/optimizers.py
-        "_save_model",  # BackupAndRestore, trainers/callbacks.py
+        "_save_model",  # BackupAndRestore (the former trainers/callbacks.py)
         "_current_epoch",
         "_last_batch_seen",
     ):

@@ -8,7 +8,7 @@ import types
 import ml_collections
 import pytest
 
-from keras_vit_trainers import train_lib
+from keras_vit_trainers import checkpointing, train_lib
 
 ONE_REPLICA = types.SimpleNamespace(num_replicas_in_sync=1)
 
@@ -64,7 +64,7 @@ def test_a_resume_under_the_same_plan_continues_and_under_another_is_refused(tmp
     directory = str(tmp_path / "checkpoints")
     os.makedirs(directory)
     assert train_lib.plan(_config(), ONE_REPLICA, directory).start_step == 0
-    assert os.path.exists(os.path.join(directory, train_lib.PLAN_FILE))
+    assert os.path.exists(os.path.join(directory, checkpointing.PLAN_FILE))
     # Stopped before its first checkpoint: nothing to resume, so another plan may start.
     assert train_lib.plan(_config(total_steps=80), ONE_REPLICA, directory).total_steps == 80
     assert train_lib.plan(_config(), ONE_REPLICA, directory).start_step == 0

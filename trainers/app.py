@@ -44,9 +44,6 @@ flags.DEFINE_integer(
 
 log = logging.getLogger("trainers")
 _fail = console.fail  # exits with the code after one line on stderr: 'error: <message>'
-# What a failed start writes in a new run directory, and nothing else: the directory is
-# removed again (one a run had made before is never touched).
-START_FILES = ("config.json", "class_names.json", "plan.json")
 
 
 def _config_flags(argv):
@@ -122,11 +119,17 @@ def _config():
 
 
 def _start_only(model_dir):
-    """Whether `model_dir` holds only what a start writes (START_FILES, empty folders)."""
+    """Whether `model_dir` holds only what a start writes (the run's config and class
+    names, the checkpoints' plan; empty folders): a failed start removes it again (one
+    a run had made before is never touched)."""
     import tensorflow as tf
 
+    from keras_vit import run_directory
+    from keras_vit_trainers import checkpointing
+
+    start_files = (run_directory.CONFIG, run_directory.CLASS_NAMES, checkpointing.PLAN_FILE)
     for _, _, files in tf.io.gfile.walk(model_dir):
-        if any(name not in START_FILES for name in files):
+        if any(name not in start_files for name in files):
             return False
     return True
 

@@ -30,6 +30,7 @@ import tempfile
 import tensorflow as tf
 
 from keras_vit import run_directory
+from keras_vit_trainers import controller
 
 PLAN_FILE = "plan.json"
 HISTORY = "history"
@@ -120,7 +121,6 @@ class RunCheckpoints:
     def __init__(self, directory, state, *, chief=True, keep=3, keep_every=0, async_save=False):
         self.directory, self.state, self.chief = directory, state, chief
         self.keep_every = int(keep_every or 0)
-        self.last_saved = None  # the step this run saved last
         self.options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=async_save)
         self.async_save = bool(async_save) and chief
         run_directory.makedirs(directory)
@@ -152,7 +152,9 @@ class RunCheckpoints:
     # --- save ---------------------------------------------------------------------------
 
     def save(self, step):
-        """Saves the state as step `step` (every worker calls it; the chief's stays)."""
+        """Saves the state as step `step` (every worker calls it; the chief's stays).
+        A checkpoint of this step left by an earlier run (one resumed from an older
+        step, --config.resume_step) is of another history: written over."""
         step = int(step)
         if not self.chief:
             temporary = tempfile.mkdtemp(prefix="keras_vit_worker_checkpoint_")
@@ -161,12 +163,7 @@ class RunCheckpoints:
             finally:
                 shutil.rmtree(temporary, ignore_errors=True)
             return
-        if step == self.last_saved:
-            return  # saved already by this run (a preemption at a scheduled checkpoint)
-        # A checkpoint of this step left by an earlier run (one resumed from an older
-        # step, --config.resume_step) is of another history: written over.
         self.manager.save(checkpoint_number=step, options=self.options)
-        self.last_saved = step
         if self.keep_every and step % self.keep_every == 0:
             self.history.save(checkpoint_number=step, options=self.options)
 
@@ -197,3 +194,43 @@ def check_plan(directory, planned, resumed_step):
             "the data order or the schedule. Rerun with the run's batch_size and total_steps "
             "(any number of workers or replicas), or train into a new --model_dir."
         )
+
+
+class CheckpointAction(controller.Action):
+    """The run's checkpoint schedule (trainers/controller.py): a save every `every`
+    steps and at the last step, before anything else is done at that boundary, and on
+    request (`save_now`: a preemption). A step this run saved already is not saved
+    twice (a preemption at a scheduled checkpoint). `last_good`: the newest step saved
+    or restored, which a divergence names."""
+
+    def __init__(self, checkpoints, every, total_steps):
+        self.checkpoints, self.every, self.total_steps = checkpoints, int(every), int(total_steps)
+        self.last_saved = None  # the step this run saved last
+        self.last_good = 0
+
+    def restore(self, step):
+        """Restores the checkpoint of `step` (0: nothing, a fresh run); returns it."""
+        if step:
+            step = self.checkpoints.restore(step)
+        self.last_good = int(step)
+        return self.last_good
+
+    def next_step(self, step):
+        return controller.next_multiple(step, self.every)
+
+    def due(self, step):
+        return controller.itstime(step, self.every, self.total_steps)
+
+    def after_steps(self, boundary):
+        if self.due(boundary.step):
+            self.save_now(boundary.step)
+
+    def save_now(self, step):
+        step = int(step)
+        if step == self.last_saved:
+            return
+        self.checkpoints.save(step)
+        self.last_saved = self.last_good = step
+
+    def end(self, step):
+        self.checkpoints.sync()

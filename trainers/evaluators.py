@@ -19,13 +19,15 @@ TensorBoard (RUN/tensorboard/<name>) and metrics.json (`<name>_<metric>`, and
 """
 
 import dataclasses
+import json
 import logging
 
 import keras
 import tensorflow as tf
 
+from keras_vit import run_directory
 from keras_vit_data import readers
-from keras_vit_trainers import fewshot_evaluator, input_pipeline, tracing
+from keras_vit_trainers import controller, fewshot_evaluator, input_pipeline, tracing
 from keras_vit_trainers.summaries import write_scalar
 
 log = logging.getLogger("trainers")
@@ -244,3 +246,43 @@ def evaluate(evaluator, model, step, run_dir=None, chief=True, should_stop=None)
                 write_scalar(f"{evaluator.name}/{k}", v, step)
         writer.flush()
     return scalars
+
+
+class EvaluationAction(controller.Action):
+    """`evaluator`'s periodic schedule in the run (trainers/controller.py): every
+    `evaluator.every` steps (> 0), and at the step a run resumes at when the run's
+    eval log has no result of it there (a preemption ended it). `should_stop()`: ends
+    an evaluation early (a preemption), recording nothing."""
+
+    def __init__(self, evaluator, model, run_dir, chief, should_stop=None):
+        self.evaluator, self.model, self.run_dir = evaluator, model, run_dir
+        self.chief, self.should_stop = chief, should_stop
+
+    def next_step(self, step):
+        return controller.next_multiple(step, self.evaluator.every)
+
+    def due(self, step):
+        return controller.itstime(step, self.evaluator.every)
+
+    def begin(self, step):
+        if self.due(step) and not self._logged(step):
+            self._evaluate(step)
+
+    def after_steps(self, boundary):
+        if self.due(boundary.step):
+            self._evaluate(boundary.step)
+
+    def _evaluate(self, step):
+        evaluate(self.evaluator, self.model, step, self.run_dir, self.chief, self.should_stop)
+
+    def _logged(self, step):
+        """Whether RUN/eval_log.jsonl has this evaluator's result of `step`."""
+        path = self.run_dir.eval_log
+        if not run_directory.exists(path):
+            return False
+        with run_directory.open_file(path) as f:
+            for line in filter(str.strip, f):
+                record = json.loads(line)
+                if record.get("name") == self.evaluator.name and record.get("step") == step:
+                    return True
+        return False

@@ -29,6 +29,8 @@ import threading
 
 import tensorflow as tf
 
+from keras_vit_trainers import controller
+
 log = logging.getLogger("trainers")
 
 # The trainer's exit codes for these events (docs/training.md lists them all). 75 is
@@ -54,10 +56,11 @@ def _uses_tensorflow_handler(strategy):
     )
 
 
-class PreemptionHandler:
+class PreemptionHandler(controller.Action):
     """SIGTERM -> the state saved at the next step boundary (`save(step)`, every
-    worker), then `Preempted`. Call `after_steps(step)` at every step boundary; use as
-    a context manager around training (it owns the SIGTERM handler only there)."""
+    worker), then `Preempted`: the last action at every boundary of the controller
+    (trainers/controller.py); use as a context manager around training (it owns the
+    SIGTERM handler only there)."""
 
     def __init__(self, strategy, save, checkpoint_dir):
         self.strategy, self.save, self.checkpoint_dir = strategy, save, checkpoint_dir
@@ -100,10 +103,9 @@ class PreemptionHandler:
     def _exit(self):
         raise Preempted(self._step, self.checkpoint_dir)
 
-    def after_steps(self, step):
-        """At a step boundary (`step` updates done): saves and raises Preempted when a
-        worker was signalled."""
-        self._step = int(step)
+    def after_steps(self, boundary):
+        """At a step boundary: saves and raises Preempted when a worker was signalled."""
+        self._step = int(boundary.step)
         if self._handler is not None:
             self._handler.save_checkpoint_if_preempted()
         elif self._signalled.is_set():

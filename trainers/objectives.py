@@ -59,7 +59,7 @@ class Objective:
 
     def train_metrics(self, config):
         """{name: fn(y_true, y_pred) -> per-example values}: what the training loop
-        logs beside the loss (trainers/loop.py)."""
+        logs beside the loss (trainers/train_step.py)."""
         return {}
 
 

@@ -1,6 +1,6 @@
 """The paper's optimizers and the fine-tuning controls: layer-wise learning-rate decay
 and weight-decay exclusions. Global-norm clipping of the all-reduced gradient is the
-training step's (trainers/loop.py), since Keras' own `global_clipnorm` would clip each
+training step's (trainers/train_step.py), since Keras' own `global_clipnorm` would clip each
 replica's partial gradient.
 
 Weight decay: Keras' AdamW applies `variable -= variable * weight_decay * lr`

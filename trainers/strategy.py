@@ -136,7 +136,7 @@ def device_type(strategy):
 def dtype_policy(strategy, mixed_precision):
     """The Keras dtype policy a run trains in: float32, or with `mixed_precision`
     mixed_bfloat16 on every device (TPUs, GPUs from Ampere on, CPUs with AVX-512-BF16
-    or AMX). bfloat16 has float32's range, so the training step (trainers/loop.py)
+    or AMX). bfloat16 has float32's range, so the training step (trainers/train_step.py)
     needs no loss scaling; on a GPU without bfloat16 train in float32."""
     del strategy  # the same on every device
     return "mixed_bfloat16" if mixed_precision else "float32"

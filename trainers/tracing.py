@@ -6,7 +6,7 @@ tensors (a loop or a branch on a tensor is written `tf.while_loop` / `tf.cond`).
 AutoGraph, on by default in both, would rewrite each function's source before
 tracing it, for nothing: on the slowest CPU kind (AMD EPYC family 23, AVX2) that
 rewriting took 3.8 s of a tiny two-step `pretrain` run's 18 s. A function that
-does need AutoGraph says so where it is traced (loop.TrainStep's host loop).
+does need AutoGraph says so where it is traced (train_step.TrainStep's host loop).
 
 `keras_vit_data.records.read_records` does the same for its own `flat_map`.
 """

@@ -2,10 +2,11 @@
 
 `run` is its steps: resolve the config (trainers/train_config.py) -> build the
 model, optimizer and data -> restore the newest checkpoint (trainers/checkpointing.py)
--> `train`: the step loop of trainers/loop.py, `steps_per_execution` updates per call,
-with checkpoints, logs, evaluations (`config.evals`, trainers/evaluators.py), the
-profiler window, the user's Keras callbacks and preemption (trainers/faults.py) at
-step boundaries -> the final evaluations -> export into the run directory
+-> `fit`: the host loop of trainers/controller.py over the step of
+trainers/train_step.py, `steps_per_execution` updates per call, with checkpoints, logs,
+evaluations (`config.evals`, trainers/evaluators.py), the profiler window, the user's
+Keras callbacks and preemption (trainers/faults.py) as its actions at step boundaries
+-> the final evaluations -> export into the run directory
 (`keras_vit.run_directory`, which alone knows its layout).
 
 Exact resume: the checkpoint holds every variable of the update, the random
@@ -27,24 +28,28 @@ import tensorflow as tf
 from keras_vit import run_directory
 from keras_vit.families import FAMILY_OPTIONS
 from keras_vit_data import readers
-from keras_vit_trainers import callbacks as callbacks_lib
 from keras_vit_trainers import (
     checkpointing,
     config_checks,
+    controller,
     curves,
     evaluators,
     faults,
     freeze,
     input_pipeline,
     input_spec,
-    loop,
+    keras_callbacks,
     masked_patch,  # noqa: F401  (registers the "masked_patch" objective)
     objectives,
     optimizers,
+    profiling,
     schedules,
+    timeline,
+    train_log,
 )
 from keras_vit_trainers import strategy as strategy_lib
-from keras_vit_trainers.callbacks import TrainingDivergedError  # noqa: F401  (raised by run)
+from keras_vit_trainers import train_step as train_step_lib
+from keras_vit_trainers.train_log import TrainingDivergedError
 
 log = logging.getLogger("trainers")
 
@@ -206,9 +211,6 @@ class PlanError(ValueError):
     checkpoints that cannot be resumed under it."""
 
 
-PLAN_FILE = checkpointing.PLAN_FILE
-
-
 def plan(config, strategy, checkpoint_dir):
     """The run's Plan; the step it resumes at is the newest checkpoint's in
     `checkpoint_dir` (or config.resume_step's). PlanError for sizes that do not fit,
@@ -309,31 +311,17 @@ def train_data(strategy, data, spec, plan, model_dir=None, start_step=None):
     )
 
 
-def _boundaries(config, plan, evals, profile):
-    """The step boundaries the loop stops at besides every steps_per_execution
-    updates: checkpoints, log points, periodic evaluations, the profiler window."""
-    every = [plan.every, int(config.log_every or 0), *(e.every for e in evals if e.every > 0)]
-    fixed = {plan.total_steps, *(profile or ())}
-    return [e for e in every if e > 0], fixed
-
-
-def _next_stop(step, plan, periods, fixed):
-    candidates = [step + plan.steps_per_execution, plan.total_steps]
-    candidates += [(step // p + 1) * p for p in periods]
-    candidates += [s for s in fixed if s > step]
-    return min(candidates)
-
-
-def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spec, callbacks=()):
+def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=()):
     """Trains `model` (as `build` made it) from plan.start_step to plan.total_steps on
-    the stream `make_data(first step)`, with the run's checkpoints, logs, evaluations
-    and the user's Keras callbacks (`callbacks`, then config.callbacks'); raises
-    TrainingDivergedError on NaN and faults.Preempted after a SIGTERM. Returns the
-    RunLogger (train figures)."""
-    del reader, spec  # the stream is make_data's
+    the stream `make_data(first step)`: the controller (trainers/controller.py) with
+    the run's actions, in the order they act at a boundary: checkpoint (saved before
+    anything is logged), log, progress bar, evaluations, the user's Keras callbacks
+    (`callbacks`, then config.callbacks'), the profiler window, preemption (last: it
+    saves the step and stops). Raises TrainingDivergedError on NaN and faults.Preempted
+    after a SIGTERM. Returns the RunLogger (train figures)."""
     optimizer = model.optimizer
     objective = objectives.get(config.objective)
-    train_step = loop.TrainStep(
+    step_fn = train_step_lib.TrainStep(
         model,
         optimizer,
         objective.loss(config),
@@ -343,134 +331,82 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, reader, spe
         clip_norm=config.grad_clip_norm,
         jit_compile=model.jit_compile,
     )
-    train_step.build()
-    state = checkpointing.training_state(model, optimizer)
-    checkpoints = checkpointing.RunCheckpoints(
-        plan.checkpoint_dir,
-        state,
-        chief=chief,
-        keep=config.get("checkpoint_keep", 3),
-        keep_every=config.get("checkpoint_keep_every", 0),
-        async_save=bool(config.get("checkpoint_async", False)),
+    step_fn.build()
+    checkpoints = checkpointing.CheckpointAction(
+        checkpointing.RunCheckpoints(
+            plan.checkpoint_dir,
+            checkpointing.training_state(model, optimizer),
+            chief=chief,
+            keep=config.get("checkpoint_keep", 3),
+            keep_every=config.get("checkpoint_keep_every", 0),
+            async_save=bool(config.get("checkpoint_async", False)),
+        ),
+        plan.every,
+        plan.total_steps,
     )
-    step = checkpoints.restore(plan.start_step) if plan.start_step else 0
-    if train_step.step() != step:
+    step = checkpoints.restore(plan.start_step)
+    if step_fn.step() != step:
         raise PlanError(
             f"{plan.checkpoint_dir}: the checkpoint of step {step} holds optimizer step "
-            f"{train_step.step()}; train into a new --model_dir."
+            f"{step_fn.step()}; train into a new --model_dir."
         )
-    logger = callbacks_lib.RunLogger(
+    logger = train_log.RunLogger(
         plan.every, plan.batch, plan.total_steps, run if chief else None, config.log_every
     )
+    preemption = faults.PreemptionHandler(strategy, checkpoints.save_now, plan.checkpoint_dir)
     user = keras.callbacks.CallbackList(
         [*callbacks, *(make() for make in config_checks.user_callbacks(config))], model=model
     )
     profile = tuple(config.get("profile_steps") or ())
-    window = (
-        callbacks_lib.ProfileWindow(*profile, run.tensorboard("train"))
-        if chief and profile
-        else None
-    )
-    progress = callbacks_lib.TrainingProgress(plan.total_steps, plan.batch, step) if chief else None
-    periods, fixed = _boundaries(config, plan, evals, profile if window else ())
-    preemption = faults.PreemptionHandler(strategy, checkpoints.save, plan.checkpoint_dir)
-    last_good, bad_steps, read_at = step, None, step
+    actions = [
+        checkpoints,
+        logger,
+        *([train_log.TrainingProgress(logger, plan.total_steps, plan.batch)] if chief else []),
+        *(
+            evaluators.EvaluationAction(e, model, run, chief, preemption.evaluation_should_stop)
+            for e in evals
+            if e.every > 0
+        ),
+        keras_callbacks.KerasCallbacks(user, logger, plan.every, plan.total_steps),
+        *(
+            [profiling.ProfileWindow(*profile, run.tensorboard("train"))]
+            if chief and profile
+            else []
+        ),
+        preemption,
+    ]
     iterator = iter(make_data(step))
-    user.on_train_begin()
-    with preemption:
-        for evaluator in _cut_short(evals, step, run):  # by the preemption that stopped it
-            evaluators.evaluate(
-                evaluator, model, step, run, chief, preemption.evaluation_should_stop
-            )
-        timer = callbacks_lib.Timer()
-        while step < plan.total_steps and not model.stop_training:
-            stop = _next_stop(step, plan, periods, fixed)
-            if window:
-                window.before_steps(step)
-            user.on_train_batch_begin(step)
-            train_step.run(iterator, stop - step)
-            step = stop
-            if window:
-                window.after_steps(step)
-            if not any(step % p == 0 for p in periods) and step != plan.total_steps:
-                user.on_train_batch_end(step - 1, dict(logger.last_logs))
-                if progress:
-                    progress.update(step, logger.last_logs)
-                preemption.after_steps(step)
-                continue
-            sums = train_step.read_sums()
-            meter = callbacks_lib.Meter()
-            meter.add(sums, 0.0)
-            extra = {
-                "learning_rate": float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
-                "gradient_norm": float(train_step.gradient_norm.numpy()),
-            }
-            seconds = timer.lap()
-            if not meter.finite():  # logged, never saved
-                logger.add(step, sums, seconds, extra, force=True)
-                bad_steps = (read_at + 1, step)
-                break
-            read_at = step
-            interval_end = step % plan.every == 0 or step == plan.total_steps
-            if interval_end:  # saved before it is logged
-                checkpoints.save(step)
-                last_good = step
-            logger.add(step, sums, seconds, extra)
-            logs = {**meter.means(), **extra}
-            user.on_train_batch_end(step - 1, logs)
-            if progress:
-                progress.update(step, logs)
-            for evaluator in evals:
-                if evaluator.every > 0 and step % evaluator.every == 0:
-                    stop_early = preemption.evaluation_should_stop
-                    evaluators.evaluate(evaluator, model, step, run, chief, stop_early)
-            if interval_end:
-                user.on_epoch_end(step // plan.every - 1, logs)
-            preemption.after_steps(step)
-            timer.lap()  # evaluations and saves are not training time
-    if window:
-        window.stop()
-    checkpoints.sync()
-    user.on_train_end(logger.last_logs)
-    if progress:
-        progress.close()
-    if bad_steps is not None:
-        first, last = bad_steps
-        where = f"at step {last}" if first == last else f"in steps {first}-{last}"
+
+    def read_figures():
+        extra = {
+            "learning_rate": float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
+            "gradient_norm": float(step_fn.gradient_norm.numpy()),
+        }
+        return step_fn.read_sums(), extra
+
+    host_loop = controller.Controller(
+        lambda n: step_fn.run(iterator, n),
+        read_figures,
+        plan.total_steps,
+        plan.steps_per_execution,
+        actions,
+        should_stop=lambda: model.stop_training,
+    )
+    try:
+        with preemption:
+            host_loop.train(step)
+    except controller.Diverged as e:
+        where = f"at step {e.last}" if e.first == e.last else f"in steps {e.first}-{e.last}"
         raise TrainingDivergedError(
             f"loss became NaN/inf {where}; training stopped. The last good checkpoint "
-            f"(step {last_good}) is kept in {plan.checkpoint_dir}; lower the learning rate "
-            f"(now {config.learning_rate}) or check the data, then rerun to resume from it."
-        )
+            f"(step {checkpoints.last_good}) is kept in {plan.checkpoint_dir}; lower the "
+            f"learning rate (now {config.learning_rate}) or check the data, then rerun to "
+            "resume from it."
+        ) from None
     if uses_ema(optimizer):  # evaluate and export the Polyak-averaged weights
         with strategy.scope():
             optimizer.finalize_variable_values(model.trainable_variables)
     return logger
-
-
-def _cut_short(evals, step, run):
-    """The periodic evaluators due at `step`, the step a run resumes at, that have no
-    result of it in RUN/eval_log.jsonl: a preemption ended them."""
-    if not step:
-        return []
-    done = set()
-    if run_directory.exists(run.eval_log):
-        with run_directory.open_file(run.eval_log) as f:
-            done = {(r.get("name"), r.get("step")) for r in map(json.loads, filter(str.strip, f))}
-    return [e for e in evals if e.every > 0 and step % e.every == 0 and (e.name, step) not in done]
-
-
-def _forget_after(path, step):
-    """Drops the records of a JSON-lines log after `step`: the steps a resumed run
-    trains again (an interrupted run may have logged past its last checkpoint)."""
-    if not run_directory.exists(path):
-        return
-    with run_directory.open_file(path) as f:
-        lines = [line for line in f if line.strip()]
-    kept = [line for line in lines if json.loads(line).get("step", 0) <= step]
-    if len(kept) != len(lines):
-        with run_directory.open_file(path, "w") as f:
-            f.writelines(kept)
 
 
 def uses_ema(optimizer):
@@ -514,8 +450,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
     if sizes.start_step:
         log.info("resumed from step %d", sizes.start_step)
         if chief:
-            for path in (run.train_log, run.eval_log):
-                _forget_after(path, sizes.start_step)
+            timeline.cut_after(run, sizes.start_step)
     if chief:
         run.write_json(run.config, json.loads(config.to_json_best_effort()))
         if reader.class_names:  # the exports' class names (tools/export_savedmodel.py)
@@ -540,9 +475,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
     def make_data(start_step):
         return train_data(strategy, reader, spec, sizes, model_dir, start_step)
 
-    logger = fit(
-        model, config, strategy, make_data, sizes, run, chief, evals, reader, spec, callbacks
-    )
+    logger = fit(model, config, strategy, make_data, sizes, run, chief, evals, callbacks)
 
     step = int(model.optimizer.iterations.numpy())
     metrics = {"step": step, **final_evaluations(model, evals, step, run, chief)}

@@ -1,0 +1,370 @@
+"""The trainer's host loop (trainers/controller.py) and its actions, in-process against a
+fake step and a fake clock: where the loop stops, when it reads the figures, what each
+action does at its boundaries (checkpoint, log, progress, evaluations, Keras callbacks,
+preemption), a divergence, a resume and a rollback's cut of the run's records. The
+same objects drive the real trainer (trainers/train_lib.py `fit`); the processes of
+tests/test_train_faults.py check what only a process can show (signals, kill -9, lost
+workers)."""
+
+import json
+import math
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit.run_directory import RunDirectory
+from keras_vit_trainers import (
+    checkpointing,
+    controller,
+    evaluators,
+    faults,
+    keras_callbacks,
+    timeline,
+    train_log,
+)
+
+
+class FakeStep:
+    """n updates take n seconds of the fake clock; each update's loss is `loss(step)`
+    (default: the step itself), summed until `read`."""
+
+    def __init__(self, clock, loss=float):
+        self.clock, self.loss = clock, loss
+        self.step, self.calls, self.reads = 0, [], []
+        self.sums = {"loss": 0.0, "updates": 0.0}
+
+    def __call__(self, n):
+        self.calls.append((self.step, n))
+        for _ in range(n):
+            self.step += 1
+            self.sums["loss"] += self.loss(self.step)
+            self.sums["updates"] += 1
+        self.clock.now += n
+
+    def read(self):
+        self.reads.append(self.step)
+        sums, self.sums = self.sums, {"loss": 0.0, "updates": 0.0}
+        return sums, {"learning_rate": 0.1}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class Recorder(controller.Action):
+    """Records what it is told; due every `every` steps; `cost`: seconds of the fake
+    clock each of its runs takes (an evaluation)."""
+
+    def __init__(self, every=0, clock=None, cost=0.0):
+        self.every, self.clock, self.cost = every, clock, cost
+        self.events = []
+
+    def next_step(self, step):
+        return controller.next_multiple(step, self.every)
+
+    def due(self, step):
+        return controller.itstime(step, self.every)
+
+    def begin(self, step):
+        self.events.append(("begin", step))
+
+    def after_steps(self, boundary):
+        self.events.append(("after", boundary.step, boundary.read, boundary.seconds))
+        if self.clock and self.due(boundary.step):
+            self.clock.now += self.cost
+
+    def on_diverged(self, boundary):
+        self.events.append(("diverged", boundary.step))
+
+    def end(self, step):
+        self.events.append(("end", step))
+
+
+def _controller(actions, total=25, spe=3, loss=float, should_stop=lambda: False):
+    clock = Clock()
+    step = FakeStep(clock, loss)
+    return controller.Controller(step, step.read, total, spe, actions, should_stop, clock), step
+
+
+def test_itstime_and_next_multiple():
+    assert [s for s in range(1, 13) if controller.itstime(s, 4)] == [4, 8, 12]
+    assert [s for s in range(1, 11) if controller.itstime(s, 4, total=10)] == [4, 8, 10]
+    assert not any(controller.itstime(s, 0) or controller.itstime(s, -1) for s in range(5))
+    assert [controller.next_multiple(s, 5) for s in (0, 4, 5, 9)] == [5, 5, 10, 10]
+    assert controller.next_multiple(3, 0) is None
+
+
+def test_stops_at_every_boundary_and_reads_only_where_an_action_is_due():
+    log, evaluation = Recorder(every=10), Recorder(every=6)
+    loop, step = _controller([log, evaluation], total=25, spe=4)
+    assert loop.train(0) == 25
+    stops = [start + n for start, n in step.calls]
+    # steps_per_execution (4) from each stop, the log's 10s, the evaluation's 6s, the last step
+    assert stops == [4, 6, 10, 12, 16, 18, 20, 24, 25]
+    assert step.reads == [6, 10, 12, 18, 20, 24, 25]
+    assert [e[1] for e in log.events if e[0] == "after" and e[2]] == step.reads
+    assert log.events[0] == ("begin", 0) and log.events[-1] == ("end", 25)
+
+
+def test_figures_are_the_means_since_the_last_read_over_training_time_alone():
+    clock = Clock()
+    evaluation = Recorder(every=5, clock=clock, cost=100.0)  # an evaluation takes 100 s
+    step = FakeStep(clock)
+    loop = controller.Controller(step, step.read, 10, 2, [evaluation], clock=clock)
+    seen = []
+
+    class Figures(controller.Action):
+        def after_steps(self, boundary):
+            if boundary.read:
+                seen.append((boundary.step, boundary.logs, boundary.seconds))
+
+    loop.actions.append(Figures())
+    loop.train(0)
+    # steps 1-5 (loss 1..5) in 5 s; then 6-10 in 5 s, the evaluation's 100 s left out
+    assert seen == [
+        (5, {"loss": 3.0, "learning_rate": 0.1}, 5.0),
+        (10, {"loss": 8.0, "learning_rate": 0.1}, 5.0),
+    ]
+
+
+def test_a_resumed_run_starts_at_its_step_and_keeps_the_schedule():
+    log = Recorder(every=10)
+    loop, step = _controller([log], total=25, spe=4)
+    step.step = 10  # what the restored checkpoint holds
+    loop.train(10)
+    assert [start + n for start, n in step.calls] == [14, 18, 20, 24, 25]
+    assert log.events[0] == ("begin", 10)
+
+
+def test_a_nan_loss_stops_at_the_read_names_the_steps_and_saves_nothing(tmp_path):
+    checkpoints = _checkpoint_action(tmp_path, every=10, total=40)
+    log = Recorder(every=5)
+    loss = lambda s: float("nan") if s == 13 else 1.0  # noqa: E731
+    loop, step = _controller([checkpoints, log], total=40, spe=40, loss=loss)
+    with pytest.raises(controller.Diverged) as raised:
+        loop.train(0)
+    assert (raised.value.first, raised.value.last) == (11, 15)
+    assert checkpointing.saved_steps(str(tmp_path)) == [10]
+    assert checkpoints.last_good == 10
+    assert ("diverged", 15) in log.events and log.events[-1] == ("end", 15)
+    assert ("after", 15, True, 5.0) not in log.events
+
+
+def test_a_callback_that_stops_training_stops_after_its_boundary():
+    model = keras.Sequential([keras.layers.Dense(1)])
+    model.stop_training = False
+
+    class StopAt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch + 1 >= 7:
+                self.model.stop_training = True
+
+    logger = train_log.RunLogger(every=5, global_batch=2, total_steps=20)
+    user = keras.callbacks.CallbackList([StopAt()], model=model)
+    action = keras_callbacks.KerasCallbacks(user, logger, every=5, total_steps=20)
+    loop, step = _controller(
+        [logger, action], total=20, spe=3, should_stop=lambda: model.stop_training
+    )
+    assert loop.train(0) == 8  # boundaries 3, 5, 8: the first at or after step 7
+
+
+def test_keras_callbacks_see_what_fit_would_show():
+    calls = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            calls.append("begin")
+
+        def on_train_batch_begin(self, batch, logs=None):
+            calls.append(("batch_begin", batch))
+
+        def on_train_batch_end(self, batch, logs=None):
+            calls.append(("batch_end", batch, round(logs.get("loss", -1), 3)))
+
+        def on_epoch_end(self, epoch, logs=None):
+            calls.append(("epoch_end", epoch, round(logs["loss"], 3)))
+
+        def on_train_end(self, logs=None):
+            calls.append(("end", logs["step"]))
+
+    model = keras.Sequential([keras.layers.Dense(1)])
+    logger = train_log.RunLogger(every=4, global_batch=2, total_steps=6)
+    user = keras.callbacks.CallbackList([Record()], model=model)
+    action = keras_callbacks.KerasCallbacks(user, logger, every=4, total_steps=6)
+    loop, _ = _controller([logger, action], total=6, spe=3)
+    loop.train(0)
+    assert calls == [
+        "begin",
+        ("batch_begin", 0),
+        ("batch_end", 2, -1),  # no figures read at step 3: no interval logged yet
+        ("batch_begin", 3),
+        ("batch_end", 3, 2.5),  # steps 1-4
+        ("epoch_end", 0, 2.5),
+        ("batch_begin", 4),
+        ("batch_end", 5, 5.5),  # steps 5-6
+        ("epoch_end", 1, 5.5),
+        ("end", 6),
+    ]
+
+
+def test_the_log_keeps_interval_records_and_the_recent_window_for_the_progress_bar(tmp_path):
+    run = RunDirectory(str(tmp_path))
+    logger = train_log.RunLogger(every=10, global_batch=4, total_steps=25, run_dir=run, log_every=5)
+    progress = train_log.TrainingProgress(logger, total_steps=25, global_batch=4)
+    shown = []
+    progress_update = train_log.TrainingProgress.after_steps
+
+    def after_steps(self, boundary):
+        progress_update(self, boundary)
+        shown.append((boundary.step, dict(self.bar.postfix)))
+
+    progress.after_steps = after_steps.__get__(progress)
+    loop, _ = _controller([logger, progress], total=25, spe=5)
+    loop.train(0)
+    records = run.read_jsonl(run.train_log)
+    assert [r["step"] for r in records] == [10, 20, 25]
+    assert [r["loss"] for r in records] == [5.5, 15.5, 23.0]  # means of 1-10, 11-20, 21-25
+    # images/s: 10 updates of 4 images in 10 s of the fake clock
+    assert records[0]["images_per_second"] == pytest.approx(4.0)
+    # the bar: the mean of the last 5 steps at each log point, never a stale interval's
+    losses = [postfix.get("loss") for _, postfix in shown]
+    assert [float(v) for v in losses] == [3.0, 8.0, 13.0, 18.0, 23.0]
+
+
+def _tiny_state():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.build(model.trainable_variables)
+    return model, checkpointing.training_state(model, optimizer)
+
+
+def _checkpoint_action(directory, every, total):
+    _, state = _tiny_state()
+    saves = checkpointing.RunCheckpoints(str(directory), state, keep=10)
+    return checkpointing.CheckpointAction(saves, every, total)
+
+
+def test_checkpoints_at_each_interval_and_the_last_step(tmp_path):
+    checkpoints = _checkpoint_action(tmp_path, every=10, total=25)
+    loop, _ = _controller([checkpoints], total=25, spe=4)
+    loop.train(0)
+    assert checkpointing.saved_steps(str(tmp_path)) == [25, 20, 10]
+
+
+def test_sigterm_saves_the_step_at_the_next_boundary_once_and_stops(tmp_path):
+    checkpoints = _checkpoint_action(tmp_path, every=10, total=40)
+    strategy = tf.distribute.get_strategy()
+    preemption = faults.PreemptionHandler(strategy, checkpoints.save_now, str(tmp_path))
+
+    class Signal(controller.Action):  # SIGTERM arrives during the steps ending at `at`
+        def __init__(self, at):
+            self.at = at
+
+        def after_steps(self, boundary):
+            if boundary.step == self.at:
+                preemption._on_sigterm(None, None)
+
+    saved = []
+    save = checkpoints.checkpoints.save
+    checkpoints.checkpoints.save = lambda step: (saved.append(step), save(step))
+    # between two checkpoints (step 7), at a scheduled checkpoint (step 20: saved once)
+    for at, expected in ((7, [7]), (20, [20, 7])):
+        preemption._signalled.clear()
+        loop, step = _controller(
+            [checkpoints, Signal(at), preemption], total=40, spe=7 if at == 7 else 10
+        )
+        step.step = 0 if at == 7 else 10
+        with pytest.raises(faults.Preempted) as raised, preemption:
+            loop.train(step.step)
+        assert raised.value.step == at
+        assert checkpointing.saved_steps(str(tmp_path)) == expected
+        assert saved == expected[::-1]
+
+
+def test_an_evaluation_cut_short_by_a_preemption_runs_again_at_the_resume(tmp_path):
+    run = RunDirectory(str(tmp_path))
+    ran = []
+
+    class Eval(evaluators.Evaluator):
+        def run(self, model, step=None, should_stop=None):
+            if should_stop and should_stop():
+                return {}  # ended early: nothing recorded
+            ran.append(step)
+            return self.record(step, {}, {"accuracy": 0.5})
+
+    stop = [True]
+    action = evaluators.EvaluationAction(Eval("val", 10, None), None, run, True, lambda: stop[0])
+    action.after_steps(controller.Boundary(10))  # cut short at step 10
+    assert not os.path.exists(run.eval_log) and ran == []
+    stop[0] = False
+    action.begin(10)  # the resumed run: step 10 has no result, so it runs first
+    action.begin(10)  # ... and once only
+    action.begin(15)  # not one of its steps
+    assert ran == [10]
+    assert run.read_jsonl(run.eval_log) == [{"step": 10, "name": "val", "accuracy": 0.5}]
+
+
+def _events(folder):
+    steps = []
+    for name in sorted(os.listdir(folder)):
+        if "tfevents" in name:
+            for record in tf.data.TFRecordDataset(os.path.join(folder, name)).as_numpy_iterator():
+                event = tf.compat.v1.Event.FromString(record)
+                steps += [(event.step, v.tag) for v in event.summary.value]
+    return sorted(steps)
+
+
+def test_a_rollback_cuts_every_record_after_its_step(tmp_path):
+    run = RunDirectory(str(tmp_path))
+    for name in ("train", "validation"):
+        writer = tf.summary.create_file_writer(run.tensorboard(name))
+        with writer.as_default():
+            for step in (10, 20, 30, 40):
+                tf.summary.scalar(f"{name}/loss", step / 10, step=step)
+        writer.close()
+    for step in (10, 20, 30, 40):
+        run.append_jsonl(run.train_log, {"step": step, "loss": 1.0})
+        run.append_jsonl(run.eval_log, {"step": step, "name": "validation"})
+    run.write_json(run.metrics, {"step": 40})
+
+    timeline.cut_after(run, 20)
+
+    for name in ("train", "validation"):
+        assert _events(run.tensorboard(name)) == [(10, f"{name}/loss"), (20, f"{name}/loss")]
+        assert len([n for n in os.listdir(run.tensorboard(name)) if "tfevents" in n]) == 1
+    assert [r["step"] for r in run.read_jsonl(run.train_log)] == [10, 20]
+    assert [r["step"] for r in run.read_jsonl(run.eval_log)] == [10, 20]
+    assert not os.path.exists(run.metrics)
+    # a resumed run's own points come after: each step has one value
+    writer = tf.summary.create_file_writer(run.tensorboard("train"))
+    with writer.as_default():
+        tf.summary.scalar("train/loss", 3.5, step=30)
+    writer.close()
+    assert _events(run.tensorboard("train")) == [(s, "train/loss") for s in (10, 20, 30)]
+    timeline.cut_after(run, 30)  # nothing after 30: nothing rewritten
+    assert _events(run.tensorboard("train")) == [(s, "train/loss") for s in (10, 20, 30)]
+
+
+def test_boundary_figures():
+    boundary = controller.Boundary(4, True, {"loss": 8.0, "updates": 4.0}, {"learning_rate": 1.0})
+    assert boundary.logs == {"loss": 2.0, "learning_rate": 1.0} and boundary.finite()
+    assert not controller.Boundary(4, True, {"loss": math.inf, "updates": 1.0}).finite()
+    assert np.isfinite(controller.Boundary(4).seconds)
+
+
+def test_profile_window_asks_for_its_boundaries():
+    from keras_vit_trainers import profiling
+
+    window = profiling.ProfileWindow(5, 8, "/nonexistent")
+    loop, step = _controller([window], total=12, spe=4)
+    window.before_steps = lambda s: None  # no profiler here: the schedule only
+    loop.train(0)
+    assert [start + n for start, n in step.calls] == [4, 5, 8, 12]
+    assert json.dumps(window.next_step(8)) == "null"
