@@ -368,3 +368,12 @@ def test_profile_window_asks_for_its_boundaries():
     loop.train(0)
     assert [start + n for start, n in step.calls] == [4, 5, 8, 12]
     assert json.dumps(window.next_step(8)) == "null"
+
+
+def test_a_finished_run_trains_nothing_and_ends_its_actions():
+    log = Recorder(every=10)
+    loop, step = _controller([log], total=20, spe=4)
+    step.step = 20
+    assert loop.train(20) == 20
+    assert step.calls == [] and step.reads == []
+    assert log.events == [("begin", 20), ("end", 20)]

@@ -251,6 +251,12 @@ def test_the_shipped_config_passes_the_checks():
             {"jit_compile": True, "deterministic_ops": True},
             "--config.jit_compile=True: Keras compiles no XLA while op determinism is on",
         ),
+        ({"profile_steps": (20, 10)}, "--config.profile_steps=(20, 10): expected two steps"),
+        (
+            {"callbacks": ("no_such_module_here:Cb",)},
+            "--config.callbacks[0]='no_such_module_here:Cb': cannot import no_such_module_here",
+        ),
+        ({"callbacks": ("json",)}, "--config.callbacks[0]='json': expected 'module:name'"),
     ],
 )
 def test_each_config_mistake_is_one_line_naming_the_flag(overrides, message):

@@ -38,8 +38,26 @@ REGULARISED = [
 ]
 
 
-@pytest.mark.parametrize("regularisers", [(), REGULARISED], ids=["plain", "regularised"])
-def test_kill_9_then_resume_equals_uninterrupted(data, tmp_path, regularisers):
+def _train_loss_points(run_dir):
+    """[step of each train/loss point] in the run's TensorBoard events, in file order."""
+    import os
+
+    import tensorflow as tf
+
+    folder = os.path.join(run_dir, "tensorboard", "train")
+    steps = []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("events.out.tfevents"):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(folder, name)):
+                steps += [event.step for v in event.summary.value if v.tag == "train/loss"]
+    return steps
+
+
+# Plain runs resume exactly too: tests/test_train_faults.py (SIGTERM, one process and two
+# workers, without regularisers); the controller's schedule on resume, in-process:
+# tests/test_controller.py.
+def test_kill_9_then_resume_equals_uninterrupted_and_a_rollback_retrains_the_same(data, tmp_path):
+    regularisers = REGULARISED
     ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
     ref = testing.run(testing.trainer_cmd("pretrain", data, ref_dir, *STEPS, *regularisers))
     assert ref.returncode == 0, ref.stderr[-3000:]
@@ -65,5 +83,12 @@ def test_kill_9_then_resume_equals_uninterrupted(data, tmp_path, regularisers):
         if l["step"] > step:
             assert l["loss"] == pytest.approx(ref_log[l["step"]], rel=1e-6)
 
-    again = testing.run(cmd)  # a finished run: nothing left to train, exports again
-    assert again.returncode == 0 and "resumed from step 60" in again.stderr
+    # Rolled back to step 20 of the finished run (--config.resume_step): the same steps
+    # again, each step one record and one TensorBoard point, the same weights.
+    again = testing.run([*cmd, "--config.resume_step=20"])
+    assert again.returncode == 0 and "resumed from step 20" in again.stderr, again.stderr[-3000:]
+    assert [l["step"] for l in testing.train_log(run_dir)] == list(range(10, 61, 10))
+    assert _train_loss_points(run_dir) == list(range(10, 61, 10))
+    w = testing.load_weights(run_dir)
+    for k in w:
+        np.testing.assert_allclose(w[k], w_ref[k], rtol=1e-6, atol=1e-7, err_msg=k)

@@ -5,8 +5,9 @@ What Keras' `fit` would call, at the trainer's boundaries: `on_train_begin`;
 `on_train_batch_begin(step)` before each call of the step function;
 `on_train_batch_end(step - 1, logs)` at every boundary (logs: the figures read there,
 else the last checkpoint interval's); `on_epoch_end(n, logs)` at the end of the n-th
-checkpoint interval (an epoch, to a callback, is a checkpoint interval), after that
-boundary's evaluations; `on_train_end(logs)`. A callback that sets
+checkpoint interval (an epoch, to a callback, is a checkpoint interval; the last may
+be shorter), before that boundary's evaluations (which a preemption a callback asks
+for then cuts short); `on_train_end(logs)`. A callback that sets
 `model.stop_training` stops the run after the boundary (the controller's
 `should_stop`).
 """

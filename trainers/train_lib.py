@@ -315,8 +315,8 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
     """Trains `model` (as `build` made it) from plan.start_step to plan.total_steps on
     the stream `make_data(first step)`: the controller (trainers/controller.py) with
     the run's actions, in the order they act at a boundary: checkpoint (saved before
-    anything is logged), log, progress bar, evaluations, the user's Keras callbacks
-    (`callbacks`, then config.callbacks'), the profiler window, preemption (last: it
+    anything is logged), log, progress bar, the user's Keras callbacks (`callbacks`,
+    then config.callbacks'), evaluations, the profiler window, preemption (last: it
     saves the step and stops). Raises TrainingDivergedError on NaN and faults.Preempted
     after a SIGTERM. Returns the RunLogger (train figures)."""
     optimizer = model.optimizer
@@ -362,12 +362,12 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
         checkpoints,
         logger,
         *([train_log.TrainingProgress(logger, plan.total_steps, plan.batch)] if chief else []),
+        keras_callbacks.KerasCallbacks(user, logger, plan.every, plan.total_steps),
         *(
             evaluators.EvaluationAction(e, model, run, chief, preemption.evaluation_should_stop)
             for e in evals
             if e.every > 0
         ),
-        keras_callbacks.KerasCallbacks(user, logger, plan.every, plan.total_steps),
         *(
             [profiling.ProfileWindow(*profile, run.tensorboard("train"))]
             if chief and profile
