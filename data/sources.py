@@ -3,8 +3,9 @@
 {name: (count, iterator of (encoded image, labels[, name]))}:
 
 - `fashion_mnist`: Debian's IDX files (`fashion_mnist`), `train` and `test`;
-- `folder:PATH`: PATH/[split/]CLASS_NAME/*.{png,jpg,jpeg} (`FOLDER_SPLITS`), each split
-  in a seeded random order (not sorted by class);
+- `folder:PATH`: every file of PATH/[split/]CLASS_NAME/ (`FOLDER_SPLITS`), each split
+  in a seeded random order (not sorted by class); the writer skips, and counts by
+  reason, the files that are not images it reads;
 - `tfds:NAME[:CONFIG]`: a TensorFlow Datasets builder, its images left encoded.
 
 The examples of `fashion_mnist` and `folder:` are `Lazy` sequences: an example is made
@@ -26,8 +27,6 @@ from keras_vit_data import fashion_mnist, image_checks
 from keras_vit_data import files as paths
 from keras_vit_data import holdout as holdout_lib
 from keras_vit_data.records import DataError
-
-IMAGE_EXTS = (".png", ".jpg", ".jpeg")
 
 
 class Lazy(collections.abc.Sequence):
@@ -96,7 +95,7 @@ FOLDER_SPLITS = {
 
 
 def folder_source(root, holdout=None, seed=0):
-    """ROOT/[split/]CLASS_NAME/*.{png,jpg,jpeg} as splits (`FOLDER_SPLITS`; a folder
+    """Every file of ROOT/[split/]CLASS_NAME/ as splits (`FOLDER_SPLITS`; a folder
     without split subfolders is one `train` split), each in a seeded random order (not
     sorted by class). `holdout`: the fraction of `train` written as a stratified
     `validation` split (`holdout`), for data without one; the manifest records
@@ -138,7 +137,7 @@ def folder_source(root, holdout=None, seed=0):
             for c in class_names
             if paths.isdir(os.path.join(d, c))
             for f in sorted(paths.listdir(os.path.join(d, c)))
-            if f.lower().endswith(IMAGE_EXTS)
+            if not paths.isdir(os.path.join(d, c, f))  # every file: written, or skipped by reason
         ]
         for split, d in split_dirs.items()
     }

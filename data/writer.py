@@ -4,8 +4,10 @@ manifest (`records`): `make_tfrecords` from a source (`sources`) or from arrays,
 it is missing (tools/demo.py, the benchmarks).
 
 Every image is checked before it is written (`image_checks.image_problem`): one that
-is not a JPEG, PNG, GIF or BMP image, declares more than `max_pixels` pixels or does
-not decode is skipped, counted and named in the manifest (`strict`: an error). JPEG
+is not a JPEG, PNG, GIF or BMP image, declares more than `max_pixels` pixels, is
+truncated or does not decode is skipped, counted by reason (`skipped_by_reason`) and
+named in the manifest (`strict`: an error). PNGs with alpha are written as they are
+and counted (`alpha_dropped`): decoding drops the alpha (docs/data.md). JPEG
 and PNG bytes that pass are written as they are; arrays are PNG-encoded
 (`image_checks.encode_png`, by every path into the same bytes).
 
@@ -152,7 +154,10 @@ def _run_chunk(chunk, max_pixels, workers, pool):
     """{position in `chunk`: its encoded image} of the examples that pass the checks."""
     encoded, arrays = [], []
     for i, (image, *_) in enumerate(chunk):
-        (encoded if isinstance(image, bytes) else arrays).append((i, image))
+        if not isinstance(image, bytes):
+            arrays.append((i, image))
+        elif image_checks.is_image(image) and not image_checks.truncated(image):
+            encoded.append((i, image))  # the others are not decoded: the serial check says why
     passed = {}
     if encoded:
         import tensorflow as tf
@@ -272,11 +277,14 @@ def write_split(
     workers=None,
     task_index=0,
     num_tasks=1,
+    num_classes=None,
 ):
     """Writes one split's shards; every image is checked first (`image_problem`), and
-    one that fails is skipped (counted, named in the manifest and a warning) or, with
-    `strict`, fatal. `examples` yields (encoded bytes or uint8 array, labels) or
-    (..., name). `workers`: parallel checks (None: all cores; 0: serially, eagerly).
+    one that fails is skipped (counted by reason, named in the manifest and a warning)
+    or, with `strict`, fatal. `examples` yields (encoded bytes or uint8 array, labels)
+    or (..., name). `workers`: parallel checks (None: all cores; 0: serially, eagerly).
+    PNGs with alpha (`image_checks.has_alpha`) are counted as `alpha_dropped`; with
+    `num_classes` (single-label data), `per_class` counts the images written.
 
     One task (the default) fills each shard with the next `per_shard` images that
     pass; task `task_index` of `num_tasks` > 1 writes only its `task_shards`, shard s
@@ -297,6 +305,7 @@ def write_split(
     else:
         checked = _check_serially(examples, max_pixels)
     shards, written, skipped = [], 0, []
+    reasons, alpha, per_class = {}, 0, [0] * num_classes if num_classes else None
     bar = console.Progress(total, f"writing {split}", unit="image") if progress else None
     seen, shown = start, start  # examples checked; and shown on the bar
     for s in range(first, last):
@@ -323,8 +332,13 @@ def write_split(
                         )
                     log.warning("skipping %s: %s (%d bytes)", what, problem, len(encoded))
                     skipped.append(what)
+                    reason = getattr(problem, "reason", "undecodable")
+                    reasons[reason] = reasons.get(reason, 0) + 1
                     continue
                 w.write(serialize_example(encoded, labels))
+                alpha += image_checks.has_alpha(encoded)
+                if per_class is not None:
+                    per_class[int(np.asarray(labels).reshape(-1)[0])] += 1
                 n += 1
         shards.append({"file": name, "count": n})
         written += n
@@ -335,17 +349,39 @@ def write_split(
     result = {"count": written, "shards": shards}
     if skipped:
         result["skipped"] = len(skipped)
+        result["skipped_by_reason"] = {r: reasons[r] for r in image_checks.REASONS if r in reasons}
         result["skipped_examples"] = skipped[:MAX_NAMED_SKIPS]
         log.warning(
-            "%s: skipped %d of %d examples that are not decodable images of at most %d pixels",
+            "%s: skipped %d of %d examples (%s)",
             split,
             len(skipped),
             written + len(skipped),
-            max_pixels,
+            describe_skipped(result["skipped_by_reason"]),
         )
+    if alpha:
+        result["alpha_dropped"] = alpha
+    if per_class is not None:
+        result["per_class"] = per_class
     if num_tasks > 1:
         result["num_shards"] = num_shards
     return result
+
+
+def describe_skipped(by_reason):
+    """{'not_an_image': 2, 'truncated': 1} -> '2 not an image, 1 truncated'."""
+    return ", ".join(f"{n} {image_checks.REASONS[r]}" for r, n in by_reason.items())
+
+
+def _counts_agree(manifest):
+    """Moves each split's `per_class` (the images written) into the holdout's
+    `<split>_per_class`, so that those counts are the images written, not those the
+    holdout assigned before skipped ones were left out: validation_per_class sums to
+    splits.validation.count."""
+    for split, result in manifest["splits"].items():
+        per_class = result.pop("per_class", None)
+        if per_class is not None and "holdout" in manifest:
+            manifest["holdout"][f"{split}_per_class"] = per_class
+    return manifest
 
 
 def make_tfrecords(
@@ -424,6 +460,7 @@ def make_tfrecords(
             workers,
             task_index,
             num_tasks,
+            num_classes=len(class_names) if "holdout" in extra else None,
         )
     if num_tasks > 1:
         manifest["task"] = {"index": task_index, "num_tasks": num_tasks}
@@ -431,7 +468,7 @@ def make_tfrecords(
             os.path.join(output_dir, partial_manifest_name(task_index, num_tasks)), manifest
         )
         return manifest
-    records.write_manifest(output_dir, manifest)  # whole or absent, never cut short
+    records.write_manifest(output_dir, _counts_agree(manifest))  # whole or absent
     return manifest
 
 
@@ -507,9 +544,19 @@ def merge_tasks(output_dir, num_tasks):
         skipped = [what for part in parts for what in part.get("skipped_examples", [])]
         if skipped:
             result["skipped"] = sum(part.get("skipped", 0) for part in parts)
+            result["skipped_by_reason"] = {
+                r: n
+                for r in image_checks.REASONS
+                if (n := sum(part.get("skipped_by_reason", {}).get(r, 0) for part in parts))
+            }
             result["skipped_examples"] = skipped[:MAX_NAMED_SKIPS]
+        alpha = sum(part.get("alpha_dropped", 0) for part in parts)
+        if alpha:
+            result["alpha_dropped"] = alpha
+        if all("per_class" in part for part in parts):
+            result["per_class"] = np.sum([part["per_class"] for part in parts], 0).tolist()
         manifest["splits"][split] = result
-    records.write_manifest(output_dir, manifest)
+    records.write_manifest(output_dir, _counts_agree(manifest))
     for path in paths:
         files.remove(path)
     return manifest

@@ -10,6 +10,13 @@ repeated to RGB; for C = 1 (a grey model, e.g. RGB weights adapted with
 0.114 B, weights that add up to 1, so a grey image stored as RGB is itself);
 other C take images of exactly C channels (a 4-channel PNG for C = 4).
 
+Alpha: a grey or RGB model (C = 1 or 3) takes images with alpha too (an RGBA or
+grey + alpha PNG; a palette PNG decodes to its RGB or RGBA colours) and drops the
+alpha, keeping the colours as stored: the rule of the trainers, whose decoder
+(`tf.io.decode_image(channels=3)`) drops it the same way, and of
+tools/make_tfrecords.py, which writes such images as they are and counts them
+(data/image_checks.py; docs/data.md, docs/deployment.md).
+
 Bad input fails the request with an `InvalidArgumentError` whose message names
 the signature, the problem and the batch index.
 """
@@ -28,19 +35,32 @@ class ChannelError(ValueError):
 
 
 def accepted_channels(channels):
-    """The image channel counts that a model of `channels` input channels takes."""
-    return (1, 3) if channels in (1, 3) else (channels,)
+    """The image channel counts that a model of `channels` input channels takes:
+    grey or RGB, each with or without alpha, for a grey or RGB model."""
+    return (1, 2, 3, 4) if channels in (1, 3) else (channels,)
 
 
 def _describe(channels):
-    return {1: "1 (grayscale)", 3: "3 (RGB)"}.get(channels, str(channels))
+    return {1: "1 (grayscale)", 2: "2 (grey + alpha)", 3: "3 (RGB)", 4: "4 (RGBA)"}.get(
+        channels, str(channels)
+    )
+
+
+def without_alpha(pixels, channels):
+    """(..., c) pixels (numpy) -> their colour channels: for a grey or RGB model
+    (`channels` 1 or 3), grey + alpha (c = 2) and RGBA (c = 4) lose the alpha; any
+    other c, or another model, is returned as it is."""
+    pixels = np.asarray(pixels)
+    if channels in (1, 3) and pixels.shape[-1] in (2, 4):
+        return pixels[..., :-1]
+    return pixels
 
 
 def match_channels(pixels, channels, where="images"):
     """uint8 (N, H, W, c) pixels (numpy) -> (N, H, W, `channels`) as the serving
     signature brings them: grey repeated to RGB, RGB to its luma (rounded back to
-    uint8, exact for grey stored as RGB), otherwise c must be `channels`.
-    Raises ChannelError naming `where` and both counts."""
+    uint8, exact for grey stored as RGB), alpha dropped (`without_alpha`), otherwise
+    c must be `channels`. Raises ChannelError naming `where` and both counts."""
     pixels = np.asarray(pixels)
     have = pixels.shape[-1]
     if have == channels:
@@ -50,6 +70,9 @@ def match_channels(pixels, channels, where="images"):
             f"{where}: {have}-channel images; the model takes "
             f"{' or '.join(_describe(c) for c in accepted_channels(channels))}."
         )
+    pixels = without_alpha(pixels, channels)
+    if pixels.shape[-1] == channels:
+        return pixels
     if channels == 3:
         return np.repeat(pixels, 3, axis=-1)
     luma = np.tensordot(pixels.astype(np.float64), np.asarray(LUMA), axes=([-1], [0]))
@@ -119,8 +142,8 @@ def decode_one(
     Fails naming `index` when the bytes are not a JPEG/PNG/GIF/BMP image, when its
     header declares more than `max_pixels` pixels (checked before decoding,
     data/image_header.py), or the image has a channel count the model does not
-    take (`accepted_channels`: 1 or 3 for a grey or RGB model, brought to its
-    count; else exactly C).
+    take (`accepted_channels`: 1 or 3, with or without alpha, for a grey or RGB
+    model, the alpha dropped and brought to its count; else exactly C).
     """
     is_image = tf.debugging.Assert(
         _has_image_magic(encoded),
@@ -153,6 +176,9 @@ def decode_one(
     )
     with tf.control_dependencies([is_accepted]):
         image = tf.cast(image, tf.float32)
+    if channels in (1, 3):  # the alpha of grey + alpha or RGBA dropped (module docstring)
+        image = image[..., : tf.where(tf.equal(have % 2, 0), have - 1, have)]
+        have = tf.shape(image)[-1]
     if channels == 3:
         image = tf.tile(image, [1, 1, 3 // have])
     elif channels == 1:

@@ -14,6 +14,7 @@ from absl import flags
 from numpy_vit import random_params, vit_forward
 
 import keras_vit
+from keras_vit import run_directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "convert_checkpoint.py")
@@ -94,3 +95,47 @@ def test_bad_weights_and_bad_output_suffix(checkpoint, tool):
         tool.convert(spec, str(directory / "missing.npz"), str(directory / "x.keras"))
     with pytest.raises(ValueError, match=r"--output must end in .keras, .weights.h5 or .npz"):
         tool.convert(spec, str(npz), str(directory / "vit.h5"))
+
+
+def test_a_run_directory_needs_no_model(tool, tmp_path, rng):
+    """--weights=RUN alone: the run's model_config.json names the model (a 3-class
+    32-px ViT here), written to timm's layout with the run's weights."""
+    model = keras_vit.VisionTransformer(
+        image_size=32,
+        num_classes=3,
+        patch_size=8,
+        hidden_size=16,
+        mlp_dim=32,
+        num_heads=2,
+        num_layers=1,
+        name="three_classes",
+    )
+    model.set_weights([w + rng.normal(0, 0.1, w.shape) for w in model.get_weights()])
+    run = tmp_path / "run"
+    run_directory.RunDirectory(str(run)).write_model(model)
+    spec = tool.source_spec(None, str(run), str(tmp_path / "timm"))
+    converted = tool.convert(spec, str(run), str(tmp_path / "timm"), "timm")
+    assert (tmp_path / "timm" / "model.safetensors").is_file()
+    x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_array_equal(converted.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_usage_mistakes_are_one_error_line(tool, checkpoint, tmp_path, capsys):
+    _, _, npz = checkpoint
+    for args, message in (
+        ((None, str(npz), "x.keras"), f"--weights={npz} is not a run directory"),
+        ((MODEL, None, "x.keras"), "--weights is required"),
+        ((MODEL, str(npz), None), "--output is required"),
+        (("{bad", str(npz), "x.keras"), "--model={bad: not a JSON object"),
+    ):
+        with pytest.raises(tool.console.UserError, match=message) as raised:
+            tool.source_spec(*args)
+        assert raised.value.code == 2
+    # absl's own mistakes (an unknown flag, a value outside the choices): exit 2, one line.
+    for argv in (["prog", "--format=onnx"], ["prog", "--no_such_flag=1"]):
+        with pytest.raises(SystemExit) as exited:
+            tool.parse_flags(argv)
+        assert exited.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    flags.FLAGS.unparse_flags()

@@ -126,6 +126,8 @@ def _two_class_tree(root, junk=()):
 def test_undecodable_image_is_skipped_counted_and_named(tmp_path):
     root = tmp_path / "images"
     _two_class_tree(root, junk=["cat/x.jpg"])
+    jpeg = tf.io.encode_jpeg(np.full((16, 16, 3), 90, np.uint8)).numpy()
+    (root / "dog" / "cut.jpg").write_bytes(jpeg[: len(jpeg) // 2])
     r = subprocess.run(
         [
             sys.executable,
@@ -140,11 +142,18 @@ def test_undecodable_image_is_skipped_counted_and_named(tmp_path):
         env=testing.env(),
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    assert f"skipping {root / 'cat' / 'x.jpg'}: not a decodable image (5 bytes)" in r.stderr
-    assert "train: 4 (1 skipped)" in r.stdout
+    assert f"skipping {root / 'cat' / 'x.jpg'}: not a JPEG, PNG, GIF or BMP image (5 bytes)" in (
+        r.stderr
+    )
+    assert "train: 4 (2 skipped: 1 not an image, 1 truncated)" in r.stdout
+    assert "Premature end" not in r.stderr  # libjpeg's line: the cut JPEG is never decoded
     split = json.loads((tmp_path / "out" / "manifest.json").read_text())["splits"]["train"]
-    assert split["count"] == 4 and split["skipped"] == 1
-    assert split["skipped_examples"] == [str(root / "cat" / "x.jpg")]
+    assert split["count"] == 4 and split["skipped"] == 2
+    assert split["skipped_by_reason"] == {"not_an_image": 1, "truncated": 1}
+    assert sorted(split["skipped_examples"]) == [
+        str(root / "cat" / "x.jpg"),
+        str(root / "dog" / "cut.jpg"),
+    ]
     spec = InputSpec(image_size=4, num_classes=2)
     ds = ip.eval_dataset(str(tmp_path / "out"), spec, split="train", batch_size=8)
     _, labels, weights = next(iter(ds))  # padded to the batch with weight 0
@@ -162,7 +171,9 @@ def test_strict_makes_an_undecodable_image_fatal(tmp_path, capsys):
             "--noprogress",
         )
     assert exit_info.value.code == 2
-    assert f"error: {root / 'dog' / 'bad.png'}: not a decodable image" in capsys.readouterr().err
+    assert f"error: {root / 'dog' / 'bad.png'}: not a JPEG, PNG, GIF or BMP image" in (
+        capsys.readouterr().err
+    )
 
 
 def test_one_class_folder_is_an_error(tmp_path):

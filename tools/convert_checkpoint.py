@@ -6,9 +6,11 @@ r"""Converts a checkpoint between the formats keras_vit reads and writes.
         --num_classes=10 --image_size=384 --output=vit_l16.weights.h5
     python tools/convert_checkpoint.py --model=ViT_B16 --weights=hf_vit_dir \
         --output=timm_dir --format=timm
+    python tools/convert_checkpoint.py --weights=RUN --output=timm_dir --format=timm
 
 --model is a builder name (ViT_B16, ...) or a JSON object of
-`keras_vit.VisionTransformer` arguments. --weights is anything `weights=` takes:
+`keras_vit.VisionTransformer` arguments; it may be left out when --weights is a
+training run directory (its model_config.json names the model). --weights is anything `weights=` takes:
 an official `.npz` or registry name, a `.keras` or `.weights.h5` file, a run
 directory, a timm state dict or directory, a transformers directory
 (docs/checkpoints.md). The output kind follows its suffix: `.keras` (whole
@@ -34,21 +36,20 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string(
     "model",
     None,
-    "Builder name (e.g. ViT_B16) or a JSON dict of VisionTransformer arguments.",
-    required=True,
+    "Builder name (e.g. ViT_B16) or a JSON dict of VisionTransformer arguments "
+    "(default with a run directory as --weights: its model_config.json).",
 )
 flags.DEFINE_string(
     "weights",
     None,
     "Official .npz path, registry name, .keras or .weights.h5, run directory, timm or "
-    "transformers file or directory.",
-    required=True,
+    "transformers file or directory (required).",
 )
 flags.DEFINE_integer("num_classes", None, "Head width (default: the checkpoint's).")
 flags.DEFINE_integer("image_size", None, "Input resolution (default: the checkpoint's).")
 flags.DEFINE_bool("include_top", True, "Keep the classification head.")
 flags.DEFINE_string(
-    "output", None, "Output .keras, .weights.h5, .npz or .safetensors path.", required=True
+    "output", None, "Output .keras, .weights.h5, .npz or .safetensors path (required)."
 )
 flags.DEFINE_enum(
     "format",
@@ -61,7 +62,42 @@ flags.DEFINE_enum(
 def model_spec(text):
     """A builder name, or the dict decoded from a JSON object."""
     text = text.strip()
-    return json.loads(text) if text.startswith("{") else text
+    if not text.startswith("{"):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise console.UserError(f"--model={text}: not a JSON object ({e})") from e
+
+
+def source_spec(model, weights, output):
+    """The model to build (`model_spec` of --model; without it, the run directory
+    --weights names: its model_config.json), after the usage checks: a
+    console.UserError naming the flag for a missing --weights or --output, or a
+    missing --model whose --weights is not a run directory."""
+    from keras_vit import run_directory
+
+    if not weights:
+        raise console.UserError("--weights is required (a checkpoint, registry name or run).")
+    if not output:
+        raise console.UserError("--output is required (a file, or a directory with --format).")
+    if model:
+        return model_spec(model)
+    if not run_directory.is_run(weights):
+        raise console.UserError(
+            f"--weights={weights} is not a run directory (no model_config.json): "
+            "give --model=NAME_OR_JSON too."
+        )
+    return run_directory.RunDirectory(weights).read_model_config()
+
+
+def parse_flags(argv):
+    """absl's parse of `argv`; a flag mistake (an unknown flag, a bad value) ends in
+    one 'error:' line and exit code 2 instead of absl's usage text."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        console.fail(f"{e} (python tools/convert_checkpoint.py --help)", console.USAGE)
 
 
 def convert(spec, weights, output, output_format=None, **overrides):
@@ -92,9 +128,10 @@ def convert(spec, weights, output, output_format=None, **overrides):
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise console.UserError(f"unexpected arguments: {' '.join(argv[1:])}")
     model = convert(
-        model_spec(FLAGS.model),
+        source_spec(FLAGS.model, FLAGS.weights, FLAGS.output),
         FLAGS.weights,
         FLAGS.output,
         FLAGS.format,
@@ -109,4 +146,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    console.run_app(main)
+    console.run_app(main, flags_parser=parse_flags)

@@ -9,12 +9,15 @@ PNG-encoded) and its labels (one, or several for multi-label data); the shards a
 DATA/{split}-{i:05d}-of-{n:05d}.tfrecord and DATA/manifest.json lists splits,
 counts, class names, shards and label kind: the format of data/records.py.
 
-Every image is checked before it is written: one that is not a JPEG, PNG, GIF or BMP
+Every file is checked before it is written: one that is not a JPEG, PNG, GIF or BMP
 image, declares more than --max_pixels pixels in its header (read before decoding,
 data/image_header.py: the limit the input pipeline and the serving signatures
-apply) or does not decode is skipped, counted and named (--strict: an error).
+apply), is truncated or does not decode is skipped, named, and counted by reason in
+the summary line and the manifest's skipped_by_reason (--strict: an error). A PNG
+with alpha (RGBA, grey + alpha, a transparent palette) is written as it is and
+counted: training and the serving signatures alike drop its alpha (docs/data.md).
 
-folder:PATH expects PATH/{split}/{class_name}/*.{png,jpg,jpeg} with split train,
+folder:PATH reads every file of PATH/{split}/{class_name}/ with split train,
 validation (or val/, eval/) or test; a folder without split subfolders is one `train`
 split. --holdout=0.1 writes a stratified tenth of train as `validation`, for data that
 has none (folder: and fashion_mnist sources) (data/holdout.py; the manifest records the seed and the per-class counts).
@@ -112,11 +115,20 @@ flags.DEFINE_bool(
 )
 
 
+def _split_summary(name, split):
+    """'train: 26 (3 skipped: 1 not an image, 1 truncated, 1 too large; 2 with alpha,
+    dropped)' of one split of the manifest."""
+    notes = []
+    if split.get("skipped"):
+        by_reason = writer.describe_skipped(split.get("skipped_by_reason", {}))
+        notes.append(f"{split['skipped']} skipped" + (f": {by_reason}" if by_reason else ""))
+    if split.get("alpha_dropped"):
+        notes.append(f"{split['alpha_dropped']} with alpha, dropped")
+    return f"{name}: {split['count']}" + (f" ({'; '.join(notes)})" if notes else "")
+
+
 def _summary(manifest):
-    return ", ".join(
-        f"{k}: {v['count']}" + (f" ({v['skipped']} skipped)" if v.get("skipped") else "")
-        for k, v in manifest["splits"].items()
-    )
+    return ", ".join(_split_summary(k, v) for k, v in manifest["splits"].items())
 
 
 def main(argv):

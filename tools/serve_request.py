@@ -11,12 +11,14 @@ the shape of a headless model's output.
 (the default) sends each file's bytes as {"b64": ...}; `<prefix>_examples` wraps
 them in a tf.train.Example (`image/encoded`) first; `<prefix>_images` and
 `<prefix>_images_float32` send the decoded pixels, which must already be the
-model's H x W x C. --columnar sends "inputs" (the batch as one tensor) instead of
+model's H x W x C (the alpha of an RGBA or grey + alpha image is dropped, with a
+line saying so, as the other signatures drop it: deploy/preprocessing.py). --columnar sends "inputs" (the batch as one tensor) instead of
 "instances" (one item per image). --request=FILE writes the body there and sends
 nothing (then `curl -d @FILE URL`). The bodies are deploy/rest.py's.
 """
 
 import json
+import sys
 import urllib.error
 import urllib.request
 
@@ -29,7 +31,7 @@ import numpy as np
 from absl import app, flags
 
 from keras_vit_data import records
-from keras_vit_deploy import rest, serving
+from keras_vit_deploy import preprocessing, rest, serving
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -71,6 +73,9 @@ def _pixels(paths, contents, dtype):
             images.append(tf.io.decode_image(content, expand_animations=False).numpy())
         except tf.errors.InvalidArgumentError as e:
             raise ValueError(f"{path}: not a decodable image ({e.message.splitlines()[0]})") from e
+        if images[-1].shape[-1] in (2, 4):  # the serving signatures' rule for alpha
+            print(f"{path}: alpha dropped (docs/deployment.md)", file=sys.stderr)
+            images[-1] = preprocessing.without_alpha(images[-1], 3)
         if images[-1].shape != images[0].shape:
             raise ValueError(
                 f"{path}: {images[-1].shape} pixels, {paths[0]} {images[0].shape}: pixel "
