@@ -83,10 +83,11 @@ def test_kill_9_then_resume_equals_uninterrupted_and_a_rollback_retrains_the_sam
         if l["step"] > step:
             assert l["loss"] == pytest.approx(ref_log[l["step"]], rel=1e-6)
 
-    # Rolled back to step 20 of the finished run (--config.resume_step): the same steps
-    # again, each step one record and one TensorBoard point, the same weights.
-    again = testing.run([*cmd, "--config.resume_step=20"])
-    assert again.returncode == 0 and "resumed from step 20" in again.stderr, again.stderr[-3000:]
+    # Rolled back to step 40 of the finished run (--config.resume_step; the run keeps its
+    # newest three checkpoints, 40-60): the same steps again, each step one record and one
+    # TensorBoard point, the same weights.
+    again = testing.run([*cmd, "--config.resume_step=40"])
+    assert again.returncode == 0 and "resumed from step 40" in again.stderr, again.stderr[-3000:]
     assert [l["step"] for l in testing.train_log(run_dir)] == list(range(10, 61, 10))
     assert _train_loss_points(run_dir) == list(range(10, 61, 10))
     w = testing.load_weights(run_dir)
