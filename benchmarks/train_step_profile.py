@@ -118,19 +118,18 @@ def bare_model(config, jit_compile=None):
     """(model, the training stream, the stream's first batch repeated, batch size) as
     trainers/train_lib.run builds them for FLAGS.steps steps; `jit_compile` None: the
     trainer's choice."""
-    from keras_vit_trainers import config_checks, input_pipeline, input_spec, objectives, train_lib
+    from keras_vit_trainers import config_checks, input_pipeline, input_spec, train_lib
 
     strategy = tf.distribute.get_strategy()
     reader = train_lib.open_data(config, os.path.abspath(FLAGS.data_dir))
     num_classes = config.num_classes or reader.num_classes
-    chosen = config_checks.check(
-        config, strategy, data_dir=reader, num_classes=num_classes, total_steps=FLAGS.steps
-    )
+    objective = config_checks.check_values(config)
+    chosen = config_checks.check(config, strategy, objective)
     keras.utils.set_random_seed(int(config.seed))
-    objective = objectives.get(config.objective)
     plan = train_lib.Plan(int(config.batch_size), 1, 1, FLAGS.steps, FLAGS.interval, 0, None)
     jit = chosen if jit_compile is None else jit_compile
-    model = train_lib.build(config, strategy, objective, num_classes, plan, None, jit)
+    optimizer = train_lib.make_optimizer(config, strategy, FLAGS.steps)
+    model = train_lib.build(config, strategy, objective, num_classes, plan, None, jit, optimizer)
     spec = input_spec.InputSpec.from_config(config, num_classes, reader.multi_label, objective)
     streams = [
         input_pipeline.train_dataset(reader, s, batch_size=plan.batch)

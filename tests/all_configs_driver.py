@@ -300,7 +300,6 @@ def validate(spec, mode, resolved, strategy, data_dir, model_dir):
         evaluators,
         input_pipeline,
         input_spec,
-        objectives,
         train_lib,
     )
 
@@ -310,17 +309,12 @@ def validate(spec, mode, resolved, strategy, data_dir, model_dir):
         manifest = input_pipeline.read_manifest(data_dir)
         num_classes = resolved.num_classes or int(manifest["num_classes"])
         sizes = train_lib.plan(resolved, strategy, run_dir)
-        jit_compile = config_checks.check(
-            resolved,
-            strategy,
-            data_dir=data_dir,
-            num_classes=num_classes,
-            total_steps=sizes.total_steps,
-        )
+        objective = config_checks.check_values(resolved)
+        jit_compile = config_checks.check(resolved, strategy, objective)
         train_lib._set_precision(resolved, strategy)
-        objective = objectives.get(resolved.objective)
+        optimizer = train_lib.make_optimizer(resolved, strategy, sizes.total_steps)
         model = train_lib.build(
-            resolved, strategy, objective, num_classes, sizes, None, jit_compile
+            resolved, strategy, objective, num_classes, sizes, None, jit_compile, optimizer
         )
         spec_ = input_spec.InputSpec.from_config(
             resolved,
@@ -329,8 +323,8 @@ def validate(spec, mode, resolved, strategy, data_dir, model_dir):
             objective,
             preprocessing=getattr(getattr(model, "backbone", model), "preprocessing", None),
         )
-        evaluators.build(
-            resolved.evals, evaluators.Context(data_dir, spec_, objective, strategy, sizes.batch)
+        train_lib.make_evaluators(
+            resolved, evaluators.Context(data_dir, spec_, objective, strategy, sizes.batch)
         )
         if not model.built or not model.count_params():
             raise RuntimeError(f"{spec}: the model did not build")

@@ -64,7 +64,6 @@ SLOW_MODULES = (
     "test_fewshot_subset",
     "test_hybrid_backends",
     "test_serving_rest",
-    "test_train_errors",
     "test_train_faults",
     "test_train_fewshot",
     "test_train_resume",
@@ -128,6 +127,7 @@ SLOW_TESTS = {
     ),
     "test_pixel_limit": ("test_the_limit_is_recorded_in_the_saved_model",),
     "test_decoded_cache": ("test_the_demo_config_trains_on_a_folder_of_mixed_sizes",),
+    "test_train_errors": ("test_nan_loss_stops_and_keeps_last_good_checkpoint",),
     "test_shape_mistakes": (
         "test_the_trainer_exits_2_with_one_line_and_writes_nothing",
         "test_every_program_shows_the_traceback_when_asked",

@@ -63,7 +63,61 @@ def _mistakes(data, out, grey):
         "missing data": (
             _trainer("pretrain", j("nodata"), out, "--strategy=default"),
             2,
-            f"--data_dir={j('nodata')}: no such directory",
+            f"--data_dir={j('nodata')}: no such directory. Create it with "
+            f"`python tools/make_tfrecords.py --output_dir={j('nodata')}`.",
+            [run],
+        ),
+        "empty data": (  # the case's folder is empty when the trainer starts
+            _trainer("pretrain", out, out, "--strategy=default"),
+            2,
+            f"--data_dir={out}: no manifest.json (and no .tfrecord shards)",
+            [run],
+        ),
+        "tpu without one": (  # TPU_NAME is empty in the table's environment
+            _trainer("pretrain", data, out, "--strategy=tpu"),
+            2,
+            "--strategy=tpu but no TPU was given or found",
+            [run],
+        ),
+        # Found by making what the config describes (the optimizer on its schedule),
+        # still before the model and before anything is written.
+        "schedule": (
+            _trainer(
+                "pretrain",
+                data,
+                out,
+                "--config.warmup_steps=50",
+                "--config.total_steps=20",
+                "--strategy=default",
+            ),
+            2,
+            "--config.total_steps=20 must exceed warmup_steps=50; give a smaller "
+            "--config.warmup_steps or a larger --config.total_steps",
+            [run],
+        ),
+        "jit on replicas": (
+            _trainer(
+                "pretrain",
+                data,
+                out,
+                "--config.jit_compile=True",
+                "--strategy=mirrored",
+                "--cpu_replicas=2",
+            ),
+            2,
+            "--config.jit_compile=True: XLA cannot train 2 replicas on CPUs under the "
+            "mirrored strategy",
+            [run],
+        ),
+        # A key of a dict model given to a builder-name config (cifar10's ViT_B16;
+        # testing.TINY sets --config.model.hidden_size): ml_collections rejects it while
+        # parsing the flags.
+        "builder key": (
+            _trainer("pretrain", data, out, config="configs/cifar10.py"),
+            2,
+            "--config.model.hidden_size: config.model is the builder name 'ViT_B16', which "
+            "has no keys; give --config.model=\"{'variant': 'ViT_B16', 'hidden_size': ...}\" "
+            "(a dict model)",
             [run],
         ),
         "finetune offline": (
@@ -217,6 +271,7 @@ def runs(tmp_path_factory):
         HTTPS_PROXY="http://127.0.0.1:9",
         KERAS_VIT_CACHE_DIR=cache,
         KERAS_VIT_DOWNLOAD_TIMEOUT="10",
+        TPU_NAME="",
     )
     env.pop(console.TRACEBACK_ENV, None)
     table = {

@@ -1,8 +1,10 @@
-"""Bad inputs fail clearly: missing/empty data_dir, corrupt shards, NaN loss, no TPU; a
-config or --config flag mistake exits with code 2 and one line naming the flag, before any
-model is built (trainers/config_checks.py, trainers/app.py)."""
+"""Bad inputs fail clearly: a NaN loss stops the run and keeps the last good checkpoint;
+a config or --config flag mistake is one line naming the flag, before any model is built
+(trainers/config_checks.py, and the schedule, optimizer and evaluators checked by being
+made). Each mistake is checked here in-process; tests/test_mistakes.py runs the trainers'
+(a missing or empty data_dir, no TPU, a schedule, XLA on replicas, a builder's key) as
+processes, with the rest of every program's, for the one `error:` line and nothing left."""
 
-import contextlib
 import os
 
 import keras
@@ -22,35 +24,6 @@ def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("data")
     testing.make_tiny_data(str(d))
     return str(d)
-
-
-def test_missing_data_dir_is_named(tmp_path):
-    missing = str(tmp_path / "nope")
-    r = testing.run(
-        testing.trainer_cmd("pretrain", missing, str(tmp_path / "run"), "--strategy=default")
-    )
-    assert r.returncode == 2
-    assert f"--data_dir={missing}: no such directory" in r.stderr
-    assert "make_tfrecords.py" in r.stderr
-
-
-def test_empty_data_dir_is_named(tmp_path):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    r = testing.run(
-        testing.trainer_cmd("pretrain", str(empty), str(tmp_path / "run"), "--strategy=default")
-    )
-    assert r.returncode == 2
-    assert f"--data_dir={empty}: no manifest.json (and no .tfrecord shards)" in r.stderr
-
-
-def test_tpu_strategy_without_tpu_is_a_clear_error(data, tmp_path):
-    r = testing.run(
-        testing.trainer_cmd("pretrain", data, str(tmp_path / "run"), "--strategy=tpu"), TPU_NAME=""
-    )
-    assert r.returncode == 2
-    assert "--strategy=tpu but no TPU was given or found" in r.stderr
-    assert "Traceback" not in r.stderr
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(data, tmp_path):
@@ -85,10 +58,10 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(data, tmp_path):
     assert not os.path.exists(os.path.join(run_dir, "metrics.json"))
 
 
-# --- config and flag mistakes: exit code 2, one line, no model ----------------------------
+# --- config and flag mistakes: one line naming the flag, no model ----------------------------
 
 # A trainer whose `train_lib.build` says so and exits with 99: a mistake found before the
-# model is built never gets there.
+# model is built never gets there (tests/test_mistakes.py, tests/test_shape_mistakes.py).
 NOT_BUILT = (
     "import runpy, sys\n"
     "from keras_vit_trainers import train_lib\n"
@@ -103,92 +76,27 @@ NOT_BUILT = (
     "    sys.argv = sys.argv[1:]\n"
     "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
 )
-MISTAKES = {
-    # The issue's: a run shorter than its warm-up; an AugReg name given to the crop's key;
-    # the crop's former name (input.augment) given with the new one, disagreeing.
-    "schedule": (
-        ["--config.warmup_steps=50", "--config.total_steps=20", "--strategy=default"],
-        "--config.total_steps=20 must exceed warmup_steps=50; give a smaller "
-        "--config.warmup_steps or a larger --config.total_steps",
-    ),
-    "crop": (
-        ["--config.input.crop=medium1", "--strategy=default"],
-        "--config.input.crop='medium1': expected inception_crop, random_crop or none; "
-        "'medium1' is an AugReg setting: give --config.input.aug_setting=medium1",
-    ),
-    "renamed": (
-        ["--config.input.augment=none", "--config.input.crop=random_crop", "--strategy=default"],
-        "--config.input.augment='none' and --config.input.crop='random_crop' disagree: "
-        "input.augment is the deprecated name of input.crop; give --config.input.crop alone",
-    ),
-    "jit": (
-        ["--config.jit_compile=True", "--strategy=mirrored", "--cpu_replicas=2"],
-        "--config.jit_compile=True: XLA cannot train 2 replicas on CPUs under the mirrored "
-        "strategy",
-    ),
-}
-
-
-@pytest.fixture(scope="module")
-def mistakes(data, tmp_path_factory):
-    """{mistake: its trainer process, running} (all started at once), and a key of a dict
-    model given to a builder-name config (cifar10's ViT_B16; testing.TINY sets
-    --config.model.hidden_size), which ml_collections rejects while parsing the flags."""
-    runs = {
-        name: testing.trainer_cmd("pretrain", data, str(tmp_path_factory.mktemp(name)), *flags)
-        for name, (flags, _) in MISTAKES.items()
-    }
-    runs["builder_key"] = testing.trainer_cmd(
-        "pretrain", data, str(tmp_path_factory.mktemp("key")), config="configs/cifar10.py"
-    )
-    with contextlib.ExitStack() as stack:
-        yield {
-            name: stack.enter_context(
-                testing.started([testing.PY, "-c", NOT_BUILT, *cmd[1:]], env=testing.env())
-            )
-            for name, cmd in runs.items()
-        }
-
-
-def _one_line_error(process):
-    """The process's one `error:` line, after checking exit code 2, no traceback, no model."""
-    _, err = process.communicate(timeout=240)
-    assert process.returncode == 2, err[-3000:]
-    assert "Traceback" not in err and "MODEL BUILT" not in err, err[-3000:]
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, err[-3000:]
-    return errors[0][len("error: ") :]
-
-
-@pytest.mark.parametrize("name", MISTAKES)
-def test_a_mistake_exits_2_with_one_line_naming_the_flag(mistakes, name):
-    assert _one_line_error(mistakes[name]).startswith(MISTAKES[name][1])
-
-
-def test_a_dict_model_key_given_to_a_builder_name_exits_2_naming_the_fix(mistakes):
-    assert _one_line_error(mistakes["builder_key"]) == (
-        "--config.model.hidden_size: config.model is the builder name 'ViT_B16', which has no "
-        "keys; give --config.model=\"{'variant': 'ViT_B16', 'hidden_size': ...}\" (a dict model)"
-    )
 
 
 def _check(overrides, config=None):
-    """config_checks.check on fashion_mnist (pretrain) with `overrides` and no evals, under
-    the default strategy: the jit_compile it returns."""
+    """What a trainer checks before its model, on fashion_mnist (pretrain) with
+    `overrides` and no evals but theirs, under the default strategy:
+    config_checks.check_values and check, then the optimizer and the evaluators made as
+    train_lib.run makes them (no data: an evaluation's type is checked before its data
+    is read). Returns the jit_compile."""
     import tensorflow as tf
 
-    from keras_vit_trainers import config_checks, train_config
+    from keras_vit_trainers import config_checks, train_config, train_lib
 
     resolved = train_config.resolve(
         config or fashion_mnist.get_config(), "pretrain", {"evals": {}, **overrides}
     )
-    return config_checks.check(
-        resolved,
-        tf.distribute.get_strategy(),
-        data_dir=None,
-        num_classes=4,
-        total_steps=resolved.total_steps,
-    )
+    strategy = tf.distribute.get_strategy()
+    objective = config_checks.check_values(resolved)
+    jit_compile = config_checks.check(resolved, strategy, objective)
+    train_lib.make_optimizer(resolved, strategy, resolved.total_steps)
+    train_lib.make_evaluators(resolved, None)
+    return jit_compile
 
 
 def test_the_shipped_config_passes_the_checks():

@@ -1,9 +1,11 @@
-"""A resolved config checked against the run's strategy and data, before any model is built.
+"""A resolved config checked against the run's strategy, before any model is built.
 
 Every mistake a config or its `--config.KEY=VALUE` flags can make raises `ConfigError`: one
 line that names the flag and the fix, which trainers/app.py prints before exiting with code
 2 (a traceback is for bugs). Each check calls the validator the run itself calls later,
-where there is one, so that the check and the run cannot disagree:
+where there is one, so that the check and the run cannot disagree; what the run makes
+from the config (the schedule and optimizer, the evaluators) is checked by making it, once,
+in trainers/train_lib.py under `flag_errors` (validation is construction):
 
   renamed keys  an old key (train_config.RENAMED: input.augment) given with its new
                 name too, to another value (train_config.resolve folds it otherwise)
@@ -14,19 +16,17 @@ where there is one, so that the check and the run cannot disagree:
                 registers, ResNet stages), by the model's and layers' own rules
   objective     `objectives.get` and the objective's `loss`; masked_patch: its options and
                 `keras_vit.masked_patch.num_target_classes`
-  schedule      `schedules.WarmupDecay` on the steps the plan trains
-  optimizer     `optimizers.make_optimizer`; the fine-tuning controls `freeze.check`,
-                `layer_decay.check` and weight_decay_exclude (variable names)
+  fine-tuning   `freeze.check`, `layer_decay.check` and weight_decay_exclude (names)
   augmentation  `augment.settings.resolve` (aug_setting, randaug, mixup, cutmix); the
                 crop (input.crop) by `input_pipeline.preprocess_train` on a 16x16 image
                 (its own check runs inside tf.data, after the model, otherwise); Mixup /
                 CutMix need an objective with class labels; input.shard_by;
                 input.data_service a grpc://HOST:PORT address
-  evals         `evaluators.build` (its evaluators are dropped)
   jit_compile   `keras_vit.compilation.training_jit_compile`: "auto" resolved (one log
                 line says to what and why), True where XLA cannot train refused
 
-`check` returns the `jit_compile` to compile with.
+`check_values` runs once, in trainers/app.py, before the strategy is made; `check`, in
+train_lib.run, returns the `jit_compile` to compile with.
 """
 
 import contextlib
@@ -45,15 +45,11 @@ from keras_vit.layers import attention, resnet
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.vision_transformer import VisionTransformer
 from keras_vit_trainers import (
-    evaluators,
     freeze,
     input_pipeline,
-    input_spec,
     layer_decay,
     masked_patch,
     objectives,
-    optimizers,
-    schedules,
     train_config,
 )
 from keras_vit_trainers import strategy as strategy_lib
@@ -319,22 +315,6 @@ def check_objective(config):
     return objective
 
 
-def check_schedule(config, total_steps):
-    """The learning-rate schedule over the plan's `total_steps`, and the optimizer."""
-    try:
-        schedule = schedules.WarmupDecay(
-            config.learning_rate,
-            total_steps,
-            config.warmup_steps,
-            config.decay_type,
-            config.linear_end,
-        )
-        optimizers.make_optimizer(config, schedule)
-    except ValueError as e:
-        raise _flag_error(e) from None
-    check_finetune_controls(config)
-
-
 def check_finetune_controls(config):
     """config.freeze, config.layer_decay and config.weight_decay_exclude."""
     try:
@@ -390,28 +370,6 @@ def check_input(config, objective):
         )
 
 
-@contextlib.contextmanager
-def _quiet(logger):
-    """`logger` at ERROR: what a trial run would warn, the run itself says again."""
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def check_evals(config, strategy, objective, data_dir, num_classes):
-    """config.evals as `evaluators.build` makes them (names, types, settings)."""
-    spec = input_spec.InputSpec(image_size=config.image_size, num_classes=num_classes)
-    context = evaluators.Context(data_dir, spec, objective, strategy, config.batch_size)
-    try:
-        with _quiet(log):
-            evaluators.build(config.evals, context)
-    except ValueError as e:
-        raise _flag_error(e) from None
-
-
 def jit_compile(config, strategy):
     """`config.jit_compile` resolved for `strategy` (compilation.training_jit_compile):
     True or False; "auto" logs its choice and why. ConfigError for True where XLA cannot
@@ -439,19 +397,29 @@ def jit_compile(config, strategy):
     return choice
 
 
-def check(config, strategy, *, data_dir, num_classes, total_steps):
-    """Raises ConfigError for the first mistake in `config` (module docstring); returns the
-    `jit_compile` to compile with.
+def check(config, strategy, objective):
+    """Raises ConfigError for the first mistake in `config` that `check_values` (run
+    before the strategy was made) could not see; returns the `jit_compile` to compile with.
 
     Args:
-        config: the resolved config (trainers/train_config.resolve).
+        config: the resolved config (trainers/train_config.resolve), which
+            `check_values` accepted.
         strategy: the run's tf.distribute.Strategy.
-        data_dir: the TFRecords directory (its manifest read by the evaluators' check).
-        num_classes: the classes the model is built with.
-        total_steps: the steps the plan trains (the schedule's length).
+        objective: `check_values`' objective.
     """
-    objective = check_values(config)
-    check_schedule(config, total_steps)
+    check_finetune_controls(config)
     check_input(config, objective)
-    check_evals(config, strategy, objective, data_dir, num_classes)
     return jit_compile(config, strategy)
+
+
+@contextlib.contextmanager
+def flag_errors():
+    """A validator's ValueError raised inside as a ConfigError naming the flag: the
+    settings of what train_lib makes from the config (schedule, optimizer, evaluators)
+    are checked by making it."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise _flag_error(e) from None

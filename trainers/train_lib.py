@@ -254,11 +254,34 @@ def _set_precision(config, strategy):
     )
 
 
-def build(config, strategy, objective, num_classes, plan, init, jit_compile):
+def make_optimizer(config, strategy, total_steps):
+    """The run's optimizer (`optimizers.make_optimizer`) on its learning-rate schedule
+    over `total_steps` (`schedules.WarmupDecay`), made once under `strategy`'s scope (and
+    the precision policy set): a mistake in their settings is one ConfigError line
+    naming the flag (config_checks.flag_errors)."""
+    with config_checks.flag_errors(), strategy.scope():
+        schedule = schedules.WarmupDecay(
+            config.learning_rate,
+            total_steps,
+            config.warmup_steps,
+            config.decay_type,
+            config.linear_end,
+        )
+        return optimizers.make_optimizer(config, schedule)
+
+
+def make_evaluators(config, context):
+    """config.evals' evaluators (`evaluators.build` on `context`), made once: a mistake
+    in their settings is one ConfigError line naming the flag."""
+    with config_checks.flag_errors():
+        return evaluators.build(config.evals, context)
+
+
+def build(config, strategy, objective, num_classes, plan, init, jit_compile, optimizer):
     """The task model, initialised from `init` on a fresh run, compiled (for its
     evaluations: the objective's loss and metrics, `jit_compile`) with the run's
-    optimizer as `model.optimizer`; `jit_compile`: config.jit_compile resolved
-    (config_checks.jit_compile)."""
+    `optimizer` (`make_optimizer`) as `model.optimizer`; `jit_compile`:
+    config.jit_compile resolved (config_checks.jit_compile)."""
     init = open_init(init, builder_name(config))
     make_model = model_factory(config, init)
     with strategy.scope():
@@ -267,15 +290,8 @@ def build(config, strategy, objective, num_classes, plan, init, jit_compile):
             log.info("initialising from %s", init)
             load_init(model, init)
         freeze.apply(model, config.freeze)
-        lr = schedules.WarmupDecay(
-            config.learning_rate,
-            plan.total_steps,
-            config.warmup_steps,
-            config.decay_type,
-            config.linear_end,
-        )
         model.compile(
-            optimizer=optimizers.make_optimizer(config, lr),
+            optimizer=optimizer,
             loss=objective.loss(config),
             # Weighted: Keras applies sample weights to `weighted_metrics` only, and the
             # evaluation batches pad each split with weight-0 rows (input_pipeline).
@@ -444,24 +460,15 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
     checkpoint_dir = run.checkpoints()  # one copy per job: the chief's
     run_directory.makedirs(checkpoint_dir)
     sizes = plan(config, strategy, checkpoint_dir)
-    jit_compile = config_checks.check(
-        config, strategy, data_dir=reader, num_classes=num_classes, total_steps=sizes.total_steps
-    )
-    if sizes.start_step:
-        log.info("resumed from step %d", sizes.start_step)
-        if chief:
-            timeline.cut_after(run, sizes.start_step)
-    if chief:
-        run.write_json(run.config, json.loads(config.to_json_best_effort()))
-        if reader.class_names:  # the exports' class names (tools/export_savedmodel.py)
-            run.write_json(run.class_names, {"class_names": list(reader.class_names)})
+    objective = objectives.get(config.objective)  # config_checks.check_values accepted it
+    jit_compile = config_checks.check(config, strategy, objective)
 
     keras.utils.set_random_seed(int(config.seed))
     if config.deterministic_ops:
         tf.config.experimental.enable_op_determinism()
     _set_precision(config, strategy)
-    objective = objectives.get(config.objective)
-    model = build(config, strategy, objective, num_classes, sizes, init, jit_compile)
+    optimizer = make_optimizer(config, strategy, sizes.total_steps)
+    model = build(config, strategy, objective, num_classes, sizes, init, jit_compile, optimizer)
     spec = input_spec.InputSpec.from_config(
         config,
         num_classes,
@@ -470,7 +477,16 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
         preprocessing=getattr(getattr(model, "backbone", model), "preprocessing", None),
     )
     context = evaluators.Context(reader, spec, objective, strategy, sizes.batch, config)
-    evals = evaluators.build(config.evals, context)
+    evals = make_evaluators(config, context)
+    # Everything made and checked: only now is the run's directory written.
+    if sizes.start_step:
+        log.info("resumed from step %d", sizes.start_step)
+        if chief:
+            timeline.cut_after(run, sizes.start_step)
+    if chief:
+        run.write_json(run.config, json.loads(config.to_json_best_effort()))
+        if reader.class_names:  # the exports' class names (tools/export_savedmodel.py)
+            run.write_json(run.class_names, {"class_names": list(reader.class_names)})
 
     def make_data(start_step):
         return train_data(strategy, reader, spec, sizes, model_dir, start_step)
