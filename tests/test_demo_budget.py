@@ -288,3 +288,35 @@ def test_the_closing_lines_name_commands_whose_flags_exist(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+class LoadedMachine(FakeMachine):
+    """A machine whose updates run `slowdown` times slower during calls `spell` of the
+    calibration (another job starting beside it), at `images_per_second` otherwise."""
+
+    def __init__(self, images_per_second, start_s, spell, slowdown=1.5):
+        super().__init__(images_per_second, start_s)
+        self.spell, self.slowdown, self.calls = spell, slowdown, 0
+
+    def build(self):
+        steady = super().build()
+
+        def step(n):
+            slow = self.calls in self.spell
+            self.calls += 1
+            before = self.now
+            steady(n)
+            if slow:
+                self.now += (self.now - before) * (self.slowdown - 1)
+
+        return step
+
+
+def test_a_short_spell_of_load_does_not_set_the_speed_but_a_lasting_one_does():
+    steady = FakeMachine(1600.0, start_s=14.0).measure().images_per_second
+    timed_calls = int(demo_budget.CALIBRATION_S * 1600.0 / (demo_budget.STEPS_PER_CALL * BATCH))
+    spell = range(1, 1 + timed_calls // 4)  # a quarter of the timed calls
+    briefly = LoadedMachine(1600.0, 14.0, spell).measure().images_per_second
+    assert briefly == pytest.approx(steady)
+    lasting = LoadedMachine(1600.0, 14.0, range(1, 10**6)).measure().images_per_second
+    assert lasting == pytest.approx(1600.0 / 1.5)

@@ -10,7 +10,8 @@ Zen 4's 1,111, and a step count taken from a table of kinds made `make demo` las
 1. `calibrate` builds the trainer's own update (trainers/train_step.py's `TrainStep`,
    the config's model, optimizer, loss, precision and XLA choice) on a synthetic batch
    of the config's shape, compiles it, and times it for `CALIBRATION_S` seconds.
-   It measures two things: the update's images/s, and `start_s`, the seconds from
+   It measures two things: the update's images/s (of the median call: a short
+   spell of another job's load does not set the demo's length), and `start_s`, the seconds from
    the calibration's start to the end of its first (compiling) call: the imports, the
    model and XLA's compilation, the same work as the trainer's own start. The decoded
    cache makes the input pipeline's share of a step nil (about 2%, within the noise:
@@ -32,6 +33,7 @@ The measuring needs TensorFlow (imported in `calibrate` only); the rest is stdli
 
 import json
 import os
+import statistics
 import time
 
 BUDGET_S = 900  # the README's promise: `make demo` in 15 minutes, set-up included
@@ -53,7 +55,10 @@ STEPS_PER_CALL = 5
 EVAL_TRAIN_IMAGES = 12_500
 # - The rest is start-up work (imports, tracing, XLA, the exports' conversions), which
 #   runs at the speed of `start_s`, not of the matmuls: charged as this many times the
-#   calibration's measured start. Measured on Intel Sapphire Rapids (see docs/demo.md).
+#   calibration's measured start. On the 2-core AMD Zen 5 (family 26 model 2,
+#   2026-12-07; `python tools/demo.py --budget_s=420`) the demo spent 73 s outside
+#   training after a calibration whose start_s was 13.8 s: 5.3 times it, evaluations
+#   included; this charges 6 times it plus the evaluations, 94 s.
 STARTS_OUTSIDE_TRAINING = 6.0
 # The share of the training time kept back: the trainer's checkpoints and logging, and
 # the load changing after the calibration.
@@ -82,19 +87,26 @@ class Speed:
 def measure(build, batch_size, *, clock=time.perf_counter, seconds=CALIBRATION_S):
     """Times the updates of `build()`, a function that makes and returns `step(n)`
     (n updates of `batch_size` images each per call): the first call compiles and is
-    not timed, then calls run for at least `seconds` and MIN_TIMED_CALLS calls.
+    not timed, then calls run for at least `seconds` and MIN_TIMED_CALLS calls; the
+    speed is that of the median call.
     `clock` is read before `build` (the start) and around the timed calls."""
     t0 = clock()
     step = build()
     step(STEPS_PER_CALL)  # traces and compiles
-    started = clock()
-    timed, calls = 0, 0
-    while calls < MIN_TIMED_CALLS or clock() - started < seconds:
+    started = last = clock()
+    durations = []
+    while len(durations) < MIN_TIMED_CALLS or last - started < seconds:
         step(STEPS_PER_CALL)
-        timed += STEPS_PER_CALL
-        calls += 1
-    elapsed = clock() - started
-    return Speed(timed * batch_size / max(elapsed, 1e-9), started - t0)
+        now = clock()
+        durations.append(now - last)
+        last = now
+    # The median call: a few seconds of another job beside it do not set the demo's
+    # length (on the 2-core Zen 5, 4 of 25 calls of an otherwise steady 1,650-1,930
+    # images/s ran at 1,190-1,370 while other jobs started; the mean of 8 s of calls
+    # under such a spell planned for 1,075 images/s and the demo trained at 1,590).
+    # A load that lasts is in most calls, hence in the median; MARGIN covers the rest.
+    median = statistics.median(durations)
+    return Speed(STEPS_PER_CALL * batch_size / max(median, 1e-9), started - t0)
 
 
 def outside_training_s(speed):
