@@ -46,6 +46,7 @@ def main(argv):
         model_dir,
         "--strategy=default",
         f"--config.total_steps={steps}",
+        f"--config.warmup_steps={steps // 15}",  # the demo configs' share
         f"--config.checkpoint_every={steps}",
         "--config.evals.test.every=0",
         *args,

@@ -60,9 +60,12 @@ EVAL_TRAIN_IMAGES = 12_500
 #   training after a calibration whose start_s was 13.8 s: 5.3 times it, evaluations
 #   included; this charges 6 times it plus the evaluations, 94 s.
 STARTS_OUTSIDE_TRAINING = 6.0
-# The share of the training time kept back: the trainer's checkpoints and logging, and
-# the load changing after the calibration.
-MARGIN = 0.08
+# The share of the training time kept back: the trainer runs slower than the synthetic
+# update (its input pipeline, checkpoints and logging), and the load changes after the
+# calibration. On the 2-core AMD Zen 5 (2026-12-07) the median call measured 1,871
+# images/s and the demo then trained at 1,713 (9% slower); `--budget_s=300` ended in
+# 293 s with an 8% margin, kept by the conservative charge outside training alone.
+MARGIN = 0.15
 
 # Step counts are whole multiples of this: the warm-up (a fifteenth) and the
 # checkpoints (thirds) are whole steps, and nearby budgets train the same steps.
