@@ -19,6 +19,7 @@ fashion_mnist_hybrid; the plain ViT: --config=fashion_mnist).
 Usage:
   keras-vit-demo [--model_dir=runs/fashion_mnist_hybrid] [--data_dir=runs/data/fashion_mnist]
                  [--config=fashion_mnist | --config=PATH.py] [--steps=N] [--budget_s=900]
+                 [--started=SECONDS]
                  [extra trainer flags, e.g. --config.batch_size=64]
   (python tools/demo.py ... in the repository, python -m keras_vit_tools.demo anywhere)
 
@@ -29,9 +30,16 @@ Example, a two-step run (a check that everything works, not a trained model):
 checkpoint and one test evaluation at the end (flags given after it still win).
 
 The demo's own recipe trains for what fits 15 minutes, set-up included, on this
-machine (tools/demo_budget.py: its CPU kind's measured images/s; 1,740 steps on the
-AVX2-only AMD EPYC Zen, 4,680 on AMD Zen 4): --budget_s=SECONDS sets another budget,
---budget_s=0 or --config.total_steps=N trains the config's or N steps.
+machine under its present load (tools/demo_budget.py): it times the trainer's own
+update on this machine for a few seconds, then trains the steps that fit what is left
+once the set-up, the records, the trainer's start, the evaluations and the exports are
+counted. The step count goes to RUN/demo_budget.json, and a rerun on the run (a
+resume) keeps it. --started=SECONDS (seconds since 1970; `make demo` gives its own
+start) counts the time before this program from then; --budget_s=SECONDS sets another
+budget; --budget_s=0 or --config.total_steps=N trains the config's or N steps.
+
+At the end it prints what to run next: serve the SavedModel and ask it, export to
+TFLite int8, ONNX and OpenVINO, and fine-tune from the run (--init=RUN).
 
 --config takes an installed recipe's name or a config file's path (keras_vit_configs.find);
 every other --config.KEY=VALUE flag goes to the trainer.
@@ -71,22 +79,67 @@ def short_run(steps):
     ]
 
 
-def budget_run(args, budget):
-    """The trainer flags of the demo's budget (`--budget_s`, default
-    demo_budget.BUDGET_S): the steps that fit it at this machine's measured speed."""
-    from keras_vit_cli.machine import machine_info
+def calibrate(config_flags):
+    """This machine's speed (demo_budget.Speed) for the demo's config with
+    `config_flags` (--config.KEY=VALUE), measured in a program of its own (`python -m
+    keras_vit_tools.demo_budget`), so that its TensorFlow and model leave with it."""
+    cmd = commands.tool_command(
+        "demo_budget", f"--config={keras_vit_configs.find(DEMO_CONFIG)}", *config_flags
+    )
+    env = console.quiet_environment(dict(os.environ))
+    out = subprocess.run(cmd, check=False, env=env, stdout=subprocess.PIPE, text=True)
+    if out.returncode:
+        sys.exit(out.returncode)
+    return demo_budget.Speed(**json.loads(out.stdout.strip().splitlines()[-1]))
 
+
+def budget_run(args, budget, model_dir, started, measure=None):
+    """The trainer flags of the demo's budget (`--budget_s`, default
+    demo_budget.BUDGET_S, counted from `started`, the time.time() at which `make demo`
+    began): the steps that fit it at this machine's speed, measured now (`measure`:
+    the --config.KEY=VALUE flags -> demo_budget.Speed; default `calibrate`), or the steps that
+    `model_dir`'s run chose at its start (RUN/demo_budget.json), so that a resumed run
+    keeps its schedule."""
     try:
         budget_s = float(budget or demo_budget.BUDGET_S)
     except ValueError:
         console.fail(f"--budget_s={budget}: expected a number of seconds", console.USAGE)
+    try:
+        record = demo_budget.load(model_dir)
+    except ValueError as e:
+        console.fail(str(e), console.USAGE)
+    if record is not None:
+        count = record["steps"]
+        print(
+            f"demo: {count} steps of {record.get('batch_size')}, the schedule this run chose "
+            f"at its start ({os.path.join(model_dir, demo_budget.RECORD)})",
+            flush=True,
+        )
+        return demo_budget.flags(count)
     batch = _opt(list(args), "config.batch_size", None)
     batch = int(batch or keras_vit_configs.load(DEMO_CONFIG).batch_size)
+    print(f"demo: timing this machine's training step (batch {batch})", flush=True)
+    speed = (measure or calibrate)([a for a in args if a.startswith("--config.")])
+    spent = time.time() - started
     try:
-        count, why = demo_budget.steps(machine_info(), batch, budget_s)
+        count, why = demo_budget.plan(speed, batch, budget_s, spent)
     except ValueError as e:
         console.fail(str(e), console.USAGE)
     print(f"demo: {why}", flush=True)
+    from keras_vit_cli.machine import describe, machine_info
+
+    demo_budget.save(
+        model_dir,
+        {
+            "steps": count,
+            "batch_size": batch,
+            "budget_s": budget_s,
+            "spent_s": round(spent, 1),
+            **speed.to_dict(),
+            "machine": describe(machine_info()),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        },
+    )
     return demo_budget.flags(count)
 
 
@@ -106,16 +159,11 @@ def main(argv):
     given = _opt(args, "config", DEMO_CONFIG)
     steps = _opt(args, "steps", None)
     budget = _opt(args, "budget_s", None)
-    if steps is not None:
-        if not (steps.isdigit() and int(steps) > 0):
-            console.fail(f"--steps={steps}: expected a positive number of steps", console.USAGE)
-        args = [*short_run(int(steps)), *args]
-    elif (
-        budget != "0"
-        and given == DEMO_CONFIG
-        and _opt(list(args), "config.total_steps", None) is None
-    ):
-        args = [*budget_run(args, budget), *args]
+    started = _opt(args, "started", None)  # make demo's start (Makefile), seconds since 1970
+    try:
+        started = time.time() if started is None else float(started)
+    except ValueError:
+        console.fail(f"--started={started}: expected seconds since 1970 (date +%s)", console.USAGE)
     data_dir = _opt(args, "data_dir", commands.DEMO_DATA_DIR)
     try:
         config = keras_vit_configs.find(given)  # before any data is written
@@ -123,9 +171,10 @@ def main(argv):
         console.fail(str(e), console.USAGE)
     # One run directory per config, so that a run of another model is never resumed.
     model_dir = _opt(args, "model_dir", os.path.join("runs", keras_vit_configs.run_name(given)))
+    if steps is not None and not (steps.isdigit() and int(steps) > 0):
+        console.fail(f"--steps={steps}: expected a positive number of steps", console.USAGE)
     # Each step is a program of ours that prints only its own lines (cli/console.py).
     env = console.quiet_environment(dict(os.environ))
-    t0 = time.time()
     manifest = os.path.join(data_dir, "manifest.json")
     if not os.path.exists(manifest):
         from keras_vit_data import fashion_mnist, writer  # imports TensorFlow
@@ -133,6 +182,14 @@ def main(argv):
         source = fashion_mnist.source_name()
         print(f"demo: writing TFRecords ({source}) to {data_dir}", flush=True)
         writer.ensure_records(source, data_dir)
+    if steps is not None:
+        args = [*short_run(int(steps)), *args]
+    elif (
+        budget != "0"
+        and given == DEMO_CONFIG
+        and _opt(list(args), "config.total_steps", None) is None
+    ):  # after the records: their time is spent too
+        args = [*budget_run(args, budget, model_dir, started), *args]
     cmd = commands.trainer_command(
         "pretrain", config, data_dir, model_dir, "--strategy=default", *args
     )
@@ -183,7 +240,7 @@ def main(argv):
         f"\nFashion-MNIST test accuracy: {metrics['test_accuracy']:.4f}"
         + (f", {flip:.4f} with test-time flip" if flip is not None else "")
         + f" (step {metrics['step']}, {metrics['train_images_per_second']:.0f} train images/s, "
-        f"{time.time() - t0:.0f} s wall)"
+        f"{time.time() - started:.0f} s wall)"
     )
     print(
         f"model: {os.path.join(model_dir, 'model.weights.h5')} + "
@@ -197,7 +254,53 @@ def main(argv):
     if metrics.get("learning_curve"):
         print(f"learning curve: {metrics['learning_curve']}")
     print(f"metrics: {metrics_path}; TensorBoard: {os.path.join(model_dir, 'tensorboard')}")
+    print(
+        f"\nnext (the programs are in {os.path.dirname(sys.executable)}; docs/deployment.md, "
+        "docs/finetune_your_images.md):"
+    )
+    for what, command in next_commands(model_dir, data_dir):
+        print(f"  {what}:\n    {command}")
     return metrics
+
+
+def next_commands(model_dir, data_dir):
+    """[(what, command line)]: what a user runs next on the demo's run `model_dir`
+    (records in `data_dir`): serve it with TF Serving and ask it, export it to the other
+    formats, fine-tune from it on their own images."""
+    export = os.path.join(model_dir, "export")
+    saved_model = os.path.join(export, "saved_model", "1")
+    return [
+        (
+            "serve the SavedModel (TF Serving's Docker image), then ask it",
+            "docker run -p 8501:8501 --mount type=bind,source="
+            f'"{os.path.abspath(os.path.dirname(saved_model))}",target=/models/vit '
+            "-e MODEL_NAME=vit "
+            "tensorflow/serving\n    python -m keras_vit_tools.serve_request "
+            "--url=http://localhost:8501/v1/models/vit:predict IMAGE.png",
+        ),
+        (
+            "an int8 TFLite file",
+            f"keras-vit-export-tflite --saved_model={saved_model} --quantization=int8_matmul "
+            f"--representative_data='{os.path.join(data_dir, 'train-*')}' "
+            f"--output={os.path.join(export, 'model_int8.tflite')}",
+        ),
+        (
+            "ONNX (the onnx extra: pip install -e '.[onnx]')",
+            f"keras-vit-export-onnx --run_dir={model_dir} "
+            f"--output={os.path.join(export, 'model.onnx')}",
+        ),
+        (
+            "OpenVINO (the openvino extra: pip install -e '.[openvino]')",
+            f"keras-vit-export-openvino --saved_model={saved_model} "
+            f"--output={os.path.join(export, 'openvino', 'model.xml')}",
+        ),
+        (
+            "fine-tune it on your images (a folder of class folders)",
+            "keras-vit-make-tfrecords --source=folder:MY_IMAGES --output_dir=my_records "
+            f"--holdout=0.1\n    keras-vit-finetune --config={DEMO_CONFIG} --init={model_dir} "
+            "--data_dir=my_records --model_dir=runs/my_model",
+        ),
+    ]
 
 
 if __name__ == "__main__":
