@@ -186,6 +186,7 @@ MODEL_SWITCHES = (
     "attention_dropout_rate",
     "layer_scale_init",
     "num_registers",
+    "rope",  # rotary position embeddings: None or a dict (keras_vit.layers.rotary)
 )
 MODEL_VALUES = (
     "image_size",

@@ -203,7 +203,7 @@ def open_state(origin, state, config=None, arch=None):
             sizes that disagree with `arch` (named).
     """
     architecture = (config or {}).get("architecture")
-    model_args = {**implicit_model_args(architecture), **_model_args(config)}
+    model_args = {**implicit_model_args(architecture), **config_model_args(config)}
     _check_keys(origin, state, model_args, config)
     has_cls = "cls_token" in state
     attention_pool = "attn_pool.latent" in state
@@ -257,7 +257,7 @@ def open_state(origin, state, config=None, arch=None):
         "pre_norm": "norm_pre.weight" in state,
         "quick_gelu": act == "quick_gelu",
         "patch_embedding_bias": "patch_embed.proj.bias" in state,
-        "preprocessing": _preprocessing(origin, config),
+        "preprocessing": preprocessing_of(origin, config),
         "posemb_resize": TIMM,  # timm's resample_abs_pos_embed
     }
     if "head.weight" in state:
@@ -596,7 +596,7 @@ def _check_expressible(model):
         )
 
 
-def _preprocessing(origin, config):
+def preprocessing_of(origin, config):
     """The input normalisation config.json's `pretrained_cfg` states (mean and std
     on the [0, 1] scale), checked; None where it states none or the authors'."""
     pretrained = (config or {}).get("pretrained_cfg") or {}
@@ -607,7 +607,7 @@ def _preprocessing(origin, config):
     )
 
 
-def _model_args(config):
+def config_model_args(config):
     if config is None:
         return {}
     args = config.get("model_args") or {}
