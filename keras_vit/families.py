@@ -89,3 +89,18 @@ def recorded_options(options):
         for key, value in values.items()
         if key in ALWAYS_RECORDED or value != FAMILY_DEFAULTS[key]
     }
+
+
+# The options of the rotary families (EVA-02, RoPE-ViT, DINOv3), which keras_vit reads
+# but does not write back to timm's or transformers' layouts.
+ROTARY_FAMILY_OPTIONS = ("absolute_position_embedding", "rope", "qk_norm", "gated_mlp", "mlp_norm")
+
+
+def unwritable_options(model):
+    """['rope={...}', ...]: the options of `ROTARY_FAMILY_OPTIONS` that `model` sets
+    (no writer of timm's or transformers' layouts takes them)."""
+    return [
+        f"{key}={getattr(model, key)!r}"
+        for key in ROTARY_FAMILY_OPTIONS
+        if getattr(model, key, FAMILY_DEFAULTS[key]) != FAMILY_DEFAULTS[key]
+    ]

@@ -5,6 +5,8 @@ file alone must give. Sizes: the architecture's width and heads (a bare file
 names its heads by its width), two blocks; 224 px, as timm makes them.
 """
 
+import numpy as np
+
 # timm's settings of each architecture (eva.py's model functions), written out.
 _DINOV3_ROPE = dict(
     kind="dinov3", temperature=100.0, grid_indexing="ij", rotate_half=True, reference_grid=None
@@ -77,3 +79,53 @@ def state_options(family, seed=0):
     sizes = spec["sizes"]
     grid = IMAGE_SIZE // sizes["patch"]
     return dict(**sizes, depth=DEPTH, grid=(grid, grid), seed=seed, **spec["state"])
+
+
+def rotary_model(**options):
+    """A tiny keras_vit model (16 x 24 px, 4-pixel patches, two blocks 16 wide) with
+    `options`, its weights moved far from any initialiser's."""
+    import keras_vit
+
+    model = keras_vit.VisionTransformer(
+        image_size=(16, 24),
+        patch_size=4,
+        hidden_size=16,
+        mlp_dim=32,
+        num_heads=2,
+        num_layers=2,
+        approximate_gelu=False,
+        num_classes=3,
+        **options,
+    )
+    rng = np.random.default_rng(0)
+    model.set_weights(
+        [w + rng.normal(0, 0.3, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
+    return model
+
+
+# Models with the rotary families' options that save_timm writes in eva.py's layout.
+WRITTEN = {
+    "dinov3": dict(
+        rope="dinov3",
+        absolute_position_embedding=False,
+        num_registers=2,
+        layer_scale_init=0.1,
+        layer_norm_epsilon=1e-5,
+        classifier="token_gap",
+    ),
+    "eva02": dict(
+        rope={"kind": "axial", "reference_grid": (4, 4)},
+        gated_mlp=True,
+        mlp_norm=True,
+        fc_norm=True,
+        classifier="token_gap",
+    ),
+    "mixed, qk_norm, packed SwiGLU": dict(
+        rope="mixed",
+        absolute_position_embedding=False,
+        qk_norm=True,
+        gated_mlp=True,
+        layer_scale_init=0.1,
+    ),
+}

@@ -87,7 +87,7 @@ def _linear(x, state, name):
     return y + state[f"{name}.bias"] if f"{name}.bias" in state else y
 
 
-def attention(x, state, stem, heads, rope, angles, prefix, eps):
+def attention(x, state, stem, heads, rope, angles, prefix, eps, record=None):
     b, n, d = x.shape
     if f"{stem}.qkv.weight" in state:
         qkv = x @ state[f"{stem}.qkv.weight"].T
@@ -108,6 +108,8 @@ def attention(x, state, stem, heads, rope, angles, prefix, eps):
         q = np.concatenate([q[:, :, :prefix], apply_rope(q[:, :, prefix:], angles, half)], axis=2)
         k = np.concatenate([k[:, :, :prefix], apply_rope(k[:, :, prefix:], angles, half)], axis=2)
     weights = softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1]))
+    if record is not None:
+        record.append(weights)
     context = (weights @ v).transpose(0, 2, 1, 3).reshape(b, n, d)
     return _linear(context, state, f"{stem}.proj")
 
@@ -127,12 +129,13 @@ def mlp(x, state, stem, eps):
     return _linear(y, state, f"{stem}.fc2")
 
 
-def eva_forward(state, images, *, heads, rope, eps, pool):
+def eva_forward(state, images, *, heads, rope, eps, pool, attention_weights=None):
     """timm Eva's output for `images` (B, H, W, C), float64: the head's logits, or
     the pooled features where the state has no head. `rope`: None or a dict
     (kind, temperature, grid_indexing, rotate_half, reference_grid); `pool`:
     'token' or 'avg' (the mean of the patches, after the class token and registers).
-    The learned position embedding, where there is one, must be of the images' grid."""
+    The learned position embedding, where there is one, must be of the images' grid.
+    `attention_weights`: a list that gets each block's (B, heads, tokens, tokens)."""
     s = {k: np.asarray(v, np.float64) for k, v in state.items()}
     images = np.asarray(images, np.float64)
     kernel = s["patch_embed.proj.weight"]  # (D, C, p, p)
@@ -177,6 +180,7 @@ def eva_forward(state, images, *, heads, rope, eps, pool):
             angles,
             prefix,
             eps,
+            attention_weights,
         )
         x = x + (y * s[f"{stem}.gamma_1"] if f"{stem}.gamma_1" in s else y)
         y = mlp(

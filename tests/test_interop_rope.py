@@ -10,12 +10,13 @@ timm's logits within 1e-5, float32; so does the NumPy reference; and at another
 resolution, against timm made at that resolution (`image_size=`).
 """
 
+import json
 import os
 
 import keras
 import numpy as np
 import pytest
-from eva_families import DEPTH, FAMILIES, IMAGE_SIZE, state_options
+from eva_families import DEPTH, FAMILIES, IMAGE_SIZE, WRITTEN, rotary_model, state_options
 from interop_testing import images, import_timm, randomized, torch_forward
 from numpy_eva import eva_forward, random_eva_state
 
@@ -118,3 +119,25 @@ def test_transformers_dinov3_folder(gated, tmp_path):
     x = images(2, 40, 56, seed=9)  # transformers' DINOv3 takes any grid as it is
     resized = keras_vit.from_weights(str(tmp_path), image_size=(40, 56))
     _close(keras.ops.convert_to_numpy(resized(x)), torch_forward(source, x))
+
+
+@pytest.mark.parametrize("case", sorted(WRITTEN))
+def test_written_by_keras_vit_run_by_timm(case, tmp_path):
+    """save_timm's eva.py folder, built by timm from its config.json alone
+    (`timm.create_model(architecture, pretrained=True, ...)` on the file), gives
+    keras_vit's logits."""
+    from keras_vit.checkpoint import save_timm
+
+    timm = import_timm()
+    model = rotary_model(**WRITTEN[case])
+    weights = save_timm(model, str(tmp_path))
+    with open(os.path.join(str(tmp_path), "config.json")) as f:
+        config = json.load(f)
+    source = timm.create_model(
+        config["architecture"],
+        pretrained=True,
+        pretrained_cfg_overlay={"file": weights},
+        **config["model_args"],
+    ).eval()
+    x = images(2, 16, 24, seed=12)
+    _close(torch_forward(source, x), keras.ops.convert_to_numpy(model(x)))

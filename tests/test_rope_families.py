@@ -13,7 +13,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from eva_families import FAMILIES, state_options
+from eva_families import FAMILIES, WRITTEN, rotary_model, state_options
 from interop_testing import images
 from numpy_eva import eva_forward, random_eva_state
 
@@ -78,3 +78,52 @@ def test_what_a_bare_file_cannot_tell_is_named(tmp_path):
     assert "\n" not in str(error.value)
     model = keras_vit.from_weights(path, classifier="token_gap")
     _check(model, family, state, X)
+
+
+@pytest.mark.parametrize("case", sorted(WRITTEN))
+def test_written_for_timm_and_read_back(case, tmp_path):
+    """save_timm writes these models in timm eva.py's layout with the config.json
+    that names them; from_weights reads the folder back bitwise, options and all
+    (the torch stage runs the written files in timm)."""
+    from keras_vit.checkpoint import layout, save_timm
+
+    model = rotary_model(**WRITTEN[case])
+    save_timm(model, str(tmp_path))
+    back = keras_vit.from_weights(str(tmp_path))
+    for key in ("rope", "qk_norm", "gated_mlp", "mlp_norm", "absolute_position_embedding"):
+        assert back.get_config().get(key) == model.get_config().get(key), key
+    expected, got = layout.model_params(model), layout.model_params(back)
+    assert sorted(got) == sorted(expected)
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+
+
+def test_transformers_writer_refuses_what_its_layout_would_drop(tmp_path):
+    """transformers' ViT has no rotary embeddings: writing one there would drop
+    them; the writer names the options instead."""
+    from keras_vit.checkpoint import save_transformers
+
+    with pytest.raises(CheckpointError, match=r"rope=\{'kind': 'mixed'.*gated_mlp=True"):
+        save_transformers(rotary_model(rope="mixed", gated_mlp=True), str(tmp_path))
+
+
+def test_attention_weights_with_rotary_embeddings(tmp_path):
+    """The views see the turned queries and keys: every block's attention weights as
+    the reference computes them, at the model's size and (a model of any size) at
+    another grid, where the rotary angles come from the patch map."""
+    family = "vit_small_patch16_rope_mixed_224"
+    state, path = _saved(family, tmp_path)
+    spec = FAMILIES[family]
+    for model, x in (
+        (keras_vit.from_weights(path), X),
+        (keras_vit.from_weights(path, input_shape=(None, None, 3)), X_OTHER),
+    ):
+        expected = []
+        eva_forward(
+            state, x, heads=spec["sizes"]["heads"], attention_weights=expected, **spec["forward"]
+        )
+        got = model.attention_weights(x)
+        assert len(got) == len(expected) == 2
+        for ours, theirs in zip(got, expected):
+            assert ours.shape == theirs.shape
+            assert float(np.max(np.abs(ours - theirs))) <= TOLERANCE

@@ -7,6 +7,7 @@ would give other logits than the source's. `FEATURES` is the one list
 """
 
 from keras_vit.checkpoint.errors import CheckpointError
+from keras_vit.families import unwritable_options
 
 FEATURES = {
     "distillation token": "DeiT's distilled models add a second token and head "
@@ -65,3 +66,15 @@ def refuse(origin, feature, evidence):
         f"{origin}: {feature} ({evidence}) is not supported: {FEATURES[feature]}. "
         "keras_vit refuses it rather than approximate it."
     )
+
+
+def check_writable(model, layout):
+    """Raises CheckpointError naming the options of `model` that the writer of
+    `layout` ("timm's", "transformers'") does not write: the rotary families'
+    (`keras_vit.families.unwritable_options`), which that layout would drop."""
+    options = unwritable_options(model)
+    if options:
+        raise CheckpointError(
+            f"{model.name}: {', '.join(options)}: writing {layout} layout of these options "
+            "is not supported; save the model as a .keras file (model.save)."
+        )

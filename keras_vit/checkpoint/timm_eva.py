@@ -45,6 +45,7 @@ from keras_vit.checkpoint.refused import refuse
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.position_embedding import TIMM
 from keras_vit.layers.rotary import rope_spec
+from keras_vit.preprocessing import mean_std
 
 # The families of eva.py keras_vit computes, each as (name pattern, what the
 # architecture sets that its keys do not show). 'rope': the rotary form (None: none);
@@ -477,3 +478,170 @@ def _check_keys(origin, state):
                 raise CheckpointError(f"{origin}: key 'blocks.{index}.{part}' is missing.")
         if "blocks.0.gamma_1" in state and f"blocks.{index}.gamma_2" not in state:
             refuse(origin, "LayerScale on attention alone", f"no 'blocks.{index}.gamma_2'")
+
+
+# The way back: a keras_vit model with the rotary families' options as timm's `Eva`.
+# Every model is written with timm's AttentionRope (one qkv Linear with its bias) and,
+# for a SwiGLU, GluMlp's packed fc1 (SwiGLU's split fc1_g / fc1_x with an inner
+# norm): the model_args say so, whatever the architecture's own defaults. The
+# architecture named fixes what model_args cannot (its LayerNorms' epsilon).
+_WRITTEN_ARCHITECTURES = {1e-5: "vit_small_patch16_dinov3", 1e-6: "vit_small_patch16_rope_224"}
+_ROPE_TYPES = {"axial": "cat", "mixed": "mixed", "dinov3": "dinov3"}
+
+
+def eva_state(params, model):
+    """Official arrays of `model` (`layout.model_params`) as an eva.py state dict."""
+    state = {"patch_embed.proj.weight": torch_layout.conv_from_kernel(params["embedding/kernel"])}
+    if "embedding/bias" in params:
+        state["patch_embed.proj.bias"] = params["embedding/bias"]
+    for name, key in (("cls", "cls_token"), ("Transformer/registers", "reg_token")):
+        if name in params:
+            state[key] = params[name]
+    if "Transformer/posembed_input/pos_embedding" in params:
+        state["pos_embed"] = params["Transformer/posembed_input/pos_embedding"]
+    for name, module in (
+        ("Transformer/encoder_prenorm", "norm_pre"),
+        ("Transformer/encoder_norm", "norm"),
+        ("fc_norm", "fc_norm"),
+    ):
+        if f"{name}/scale" in params:
+            state[f"{module}.weight"] = params[f"{name}/scale"]
+            state[f"{module}.bias"] = params[f"{name}/bias"]
+    frequencies = []
+    for index in range(torch_layout.num_blocks(params)):
+        state.update(_block_state(params, index, model))
+        name = f"{torch_layout.block_prefix(index)}MultiHeadDotProductAttention_1/rope/frequencies"
+        if name in params:
+            frequencies.append(np.asarray(params[name]))
+    if frequencies:
+        state["rope.freqs"] = np.stack(frequencies, axis=1)
+    if "head/kernel" in params:
+        state["head.weight"], state["head.bias"] = torch_layout.linear_from_dense(
+            params["head/kernel"], params["head/bias"]
+        )
+    return state
+
+
+def _block_state(params, index, model):
+    parts, stem = torch_layout.block_parts(params, index), f"blocks.{index}."
+    prefix = torch_layout.block_prefix(index)
+    attention = prefix + "MultiHeadDotProductAttention_1/"
+    state = {
+        stem + "attn.qkv.weight": np.concatenate([parts[r][0] for r in torch_layout.PROJECTIONS]),
+        stem + "attn.qkv.bias": np.concatenate([parts[r][1] for r in torch_layout.PROJECTIONS]),
+    }
+    modules = {"norm1": "norm_1", "norm2": "norm_2", "attn.proj": "out", "mlp.fc2": "dense_1"}
+    for module, role in modules.items():
+        state[f"{stem}{module}.weight"], state[f"{stem}{module}.bias"] = parts[role]
+    weight, bias = parts["dense_0"]
+    if model.gated_mlp and model.mlp_norm:  # timm's SwiGLU: split, the gate first
+        (state[stem + "mlp.fc1_g.weight"], state[stem + "mlp.fc1_x.weight"]) = np.split(weight, 2)
+        (state[stem + "mlp.fc1_g.bias"], state[stem + "mlp.fc1_x.bias"]) = np.split(bias, 2)
+    else:
+        state[stem + "mlp.fc1.weight"], state[stem + "mlp.fc1.bias"] = weight, bias
+    for name, module in (
+        (attention + "query_norm", "attn.q_norm"),
+        (attention + "key_norm", "attn.k_norm"),
+        (prefix + "MlpBlock_3/norm", "mlp.norm"),
+    ):
+        if f"{name}/scale" in params:
+            state[f"{stem}{module}.weight"] = params[f"{name}/scale"]
+            state[f"{stem}{module}.bias"] = params[f"{name}/bias"]
+    for name, key in (("LayerScale_1", "gamma_1"), ("LayerScale_3", "gamma_2")):
+        if f"{prefix}{name}/scale" in params:
+            state[stem + key] = params[f"{prefix}{name}/scale"]
+    return state
+
+
+def eva_config(model):
+    """timm's config.json for `model`: an architecture of eva.py and the model_args
+    that rebuild `model` with it (`timm.create_model(architecture, **model_args)`).
+
+    Raises:
+        CheckpointError: what timm's Eva cannot express (named).
+    """
+    name, epsilon = model.name, float(model.layer_norm_epsilon)
+    if epsilon not in _WRITTEN_ARCHITECTURES:
+        raise CheckpointError(
+            f"{name}: layer_norm_epsilon={epsilon}: timm's eva.py models use 1e-6 (EVA-02, "
+            "RoPE-ViT) or 1e-5 (DINOv3)."
+        )
+    if model.representation_size or model.classifier == "map" or model.resnet is not None:
+        raise CheckpointError(
+            f"{name}: timm's Eva has no pre_logits, MAP head or ResNet to write them to."
+        )
+    if model.quick_gelu or model.approximate_gelu:
+        raise CheckpointError(f"{name}: timm's Eva's GELU is the exact (erf) one.")
+    if model.patch_embedding_bias == model.pre_norm:
+        raise CheckpointError(
+            f"{name}: timm's Eva has a patch-embedding bias exactly when it has no pre-norm."
+        )
+    if model.num_registers and model.absolute_position_embedding:
+        if model.position_embedding_for_class_token:
+            raise CheckpointError(
+                f"{name}: registers with a class token that has a position embedding: "
+                "timm's Eva adds its position embeddings to the patches alone then."
+            )
+    hidden, mlp_dim = int(model.hidden_size), int(model.mlp_dim)
+    height, width = to_pair(model.image_size)
+    patch = to_pair(model.patch_size)
+    num_classes = int(model.num_classes) if model.include_top else 0
+    token = model.classifier in ("token", "token_gap")
+    rope = model.rope
+    model_args = {
+        "img_size": [height, width],
+        "patch_size": patch[0] if patch[0] == patch[1] else list(patch),
+        "in_chans": int(model.channels),
+        "embed_dim": hidden,
+        "depth": int(model.num_layers),
+        "num_heads": int(model.num_heads),
+        "mlp_ratio": mlp_dim / hidden,
+        "qkv_bias": True,
+        "attn_type": "rope",
+        "swiglu_mlp": bool(model.gated_mlp),
+        "scale_mlp": bool(model.mlp_norm),
+        "qk_norm": bool(model.qk_norm),
+        "init_values": model.layer_scale_init,
+        "class_token": token,
+        "num_reg_tokens": int(model.num_registers),
+        "no_embed_class": bool(model.num_registers)
+        or (token and not model.position_embedding_for_class_token),
+        "use_abs_pos_emb": bool(model.absolute_position_embedding),
+        "use_rot_pos_emb": rope is not None,
+        "use_pre_transformer_norm": bool(model.pre_norm),
+        "use_fc_norm": bool(model.fc_norm),
+        "use_post_transformer_norm": not model.fc_norm,
+        "global_pool": "token" if model.classifier == "token" else "avg",
+        "num_classes": num_classes,
+        "dynamic_img_size": False,
+    }
+    if rope is not None:
+        model_args.update(
+            rope_type=_ROPE_TYPES[rope["kind"]],
+            rope_temperature=rope["temperature"],
+            rope_grid_indexing=rope["grid_indexing"],
+            rope_rotate_half=rope["rotate_half"],
+        )
+        if rope["reference_grid"] is not None:
+            model_args["ref_feat_shape"] = list(rope["reference_grid"])
+    if int(hidden * model_args["mlp_ratio"]) != mlp_dim:
+        raise CheckpointError(
+            f"{name}: mlp_dim={mlp_dim} is not int(hidden_size * mlp_ratio) for any mlp_ratio."
+        )
+    mean, std = mean_std(model.preprocessing, int(model.channels))
+    return {
+        "architecture": _WRITTEN_ARCHITECTURES[epsilon],
+        "num_classes": num_classes,
+        "num_features": hidden,
+        "global_pool": model_args["global_pool"],
+        "model_args": model_args,
+        "pretrained_cfg": {
+            "input_size": [int(model.channels), height, width],
+            "fixed_input_size": True,
+            "mean": mean,
+            "std": std,
+            "num_classes": num_classes,
+            "first_conv": "patch_embed.proj",
+            "classifier": "head",
+        },
+    }

@@ -55,6 +55,7 @@ from keras_vit.checkpoint import sizes as sizes_lib
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.metadata import is_square
 from keras_vit.checkpoint.refused import refuse
+from keras_vit.families import unwritable_options
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.position_embedding import TIMM
@@ -391,7 +392,9 @@ def save_timm(model, path):
 
     Args:
         model: a keras_vit `VisionTransformer` (plain, not hybrid; no pre_logits,
-            which timm's ViT has no layer for; LayerNorm epsilon 1e-6).
+            which timm's ViT has no layer for; LayerNorm epsilon 1e-6). A model
+            with the rotary families' options (rope, gated_mlp, ...) is written
+            as timm's eva.py `Eva` (`keras_vit.checkpoint.timm_eva.eva_config`).
         path: a directory (timm's Hub layout, as `timm.models.save_for_hf`
             writes it: model.safetensors + config.json, for
             `timm.create_model('local-dir:' + path, pretrained=True)`), or a file
@@ -401,8 +404,14 @@ def save_timm(model, path):
     Raises:
         CheckpointError: a model timm's ViT cannot express (named).
     """
-    config = timm_config(model)
-    state = from_params(layout.model_params(model))
+    if unwritable_options(model):  # the rotary families: timm's eva.py layout
+        from keras_vit.checkpoint import timm_eva  # (it reads with this module's helpers)
+
+        config = timm_eva.eva_config(model)
+        state = timm_eva.eva_state(layout.model_params(model), model)
+    else:
+        config = timm_config(model)
+        state = from_params(layout.model_params(model))
     path = os.fspath(path)
     if path.endswith(state_dict.SAFETENSORS):
         state_dict.write_safetensors(path, state)

@@ -39,7 +39,7 @@ from keras_vit.checkpoint import (
 )
 from keras_vit.checkpoint import sizes as sizes_lib
 from keras_vit.checkpoint.errors import CheckpointError
-from keras_vit.checkpoint.refused import refuse
+from keras_vit.checkpoint.refused import check_writable, refuse
 from keras_vit.families import FAMILY_DEFAULTS
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.position_embedding import TRANSFORMERS
@@ -362,6 +362,7 @@ def transformers_config(model):
         CheckpointError: a model transformers' ViT cannot express (named).
     """
     name = model.name
+    check_writable(model, "transformers'")
     if getattr(model, "resnet", None) is not None:
         raise CheckpointError(
             f"{name}: a hybrid cannot be written as a transformers ViT (it has no ResNet)."
