@@ -10,7 +10,6 @@ timm's logits within 1e-5, float32; so does the NumPy reference; and at another
 resolution, against timm made at that resolution (`image_size=`).
 """
 
-import json
 import os
 
 import keras
@@ -35,9 +34,10 @@ def _timm(family, image_size):
     """timm's `family` at `image_size`, two blocks, the NumPy state (its learned
     position embedding resampled by timm's own filter where the size differs)."""
     import torch
+
+    timm = import_timm()  # before any timm module: torchvision's op registrations
     from timm.models import eva
 
-    timm = import_timm()
     spec = FAMILIES[family]
     model = timm.create_model(
         family, pretrained=False, img_size=image_size, depth=DEPTH, num_classes=3
@@ -81,6 +81,7 @@ def test_timm_family(family, tmp_path):
 def test_timm_hub_folder_names_what_the_bare_file_cannot(tmp_path):
     """timm's save_for_hf writes the architecture into config.json: the _qkvb file
     loads from its folder alone."""
+    import_timm()
     from timm.models import save_for_hf
 
     family = "vit_small_patch16_dinov3_qkvb"
@@ -92,6 +93,7 @@ def test_timm_hub_folder_names_what_the_bare_file_cannot(tmp_path):
 
 
 def _transformers_dinov3(seed, **options):
+    import_timm()  # transformers imports torchvision too: its op registrations
     import transformers
 
     config = transformers.DINOv3ViTConfig(
@@ -124,20 +126,13 @@ def test_transformers_dinov3_folder(gated, tmp_path):
 @pytest.mark.parametrize("case", sorted(WRITTEN))
 def test_written_by_keras_vit_run_by_timm(case, tmp_path):
     """save_timm's eva.py folder, built by timm from its config.json alone
-    (`timm.create_model(architecture, pretrained=True, ...)` on the file), gives
-    keras_vit's logits."""
+    (`timm.create_model('local-dir:' + folder, pretrained=True)`), gives keras_vit's
+    logits."""
     from keras_vit.checkpoint import save_timm
 
     timm = import_timm()
     model = rotary_model(**WRITTEN[case])
-    weights = save_timm(model, str(tmp_path))
-    with open(os.path.join(str(tmp_path), "config.json")) as f:
-        config = json.load(f)
-    source = timm.create_model(
-        config["architecture"],
-        pretrained=True,
-        pretrained_cfg_overlay={"file": weights},
-        **config["model_args"],
-    ).eval()
+    save_timm(model, str(tmp_path))
+    source = timm.create_model(f"local-dir:{tmp_path}", pretrained=True).eval()
     x = images(2, 16, 24, seed=12)
     _close(torch_forward(source, x), keras.ops.convert_to_numpy(model(x)))

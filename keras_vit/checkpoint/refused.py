@@ -12,7 +12,8 @@ from keras_vit.families import unwritable_options
 FEATURES = {
     "distillation token": "DeiT's distilled models add a second token and head "
     "(dist_token, head_dist); keras_vit has one class token and one head",
-    "qk_norm": "LayerNorms on queries and keys (q_norm, k_norm); keras_vit has none",
+    "qk_norm": "LayerNorms on queries and keys (q_norm, k_norm) in timm's plain "
+    "VisionTransformer; keras_vit reads them (qk_norm=True) in timm eva.py's layout alone",
     "patch dropout": "dropping patch tokens in training (patch_drop_rate); keras_vit does not",
     "attention pooling": "an attention-pooling head other than big_vision's MAP "
     "(one probe token over tokens without a class token): several latents, "
