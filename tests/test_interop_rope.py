@@ -43,7 +43,8 @@ def _timm(family, image_size):
         family, pretrained=False, img_size=image_size, depth=DEPTH, num_classes=3
     ).eval()
     state = {k: torch.from_numpy(v) for k, v in random_eva_state(**state_options(family)).items()}
-    if "pos_embed" in spec["state"] and tuple(image_size) != (IMAGE_SIZE, IMAGE_SIZE):
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    if "pos_embed" in spec["state"] and size != (IMAGE_SIZE, IMAGE_SIZE):
         state = eva.checkpoint_filter_fn(state, model)
     model.load_state_dict(state, strict=True)
     return model

@@ -127,3 +127,18 @@ def test_attention_weights_with_rotary_embeddings(tmp_path):
         for ours, theirs in zip(got, expected):
             assert ours.shape == theirs.shape
             assert float(np.max(np.abs(ours - theirs))) <= TOLERANCE
+
+
+@pytest.mark.parametrize("case", sorted(WRITTEN))
+def test_keras_file_round_trip(case, tmp_path):
+    """A .keras file of a rotary model loads with safe_mode on (every layer
+    registered, its config in plain values) and computes the same."""
+    model = rotary_model(**WRITTEN[case])
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    back = keras.saving.load_model(path, safe_mode=True)
+    x = images(2, 16, 24, seed=13)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(back(x)), keras.ops.convert_to_numpy(model(x))
+    )
+    assert back.get_config()["rope"] == model.get_config()["rope"]
