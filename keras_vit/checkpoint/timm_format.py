@@ -44,18 +44,16 @@ caller to give (`keras_vit.checkpoint.sizes`). What keras_vit does not compute i
 refused by name (`keras_vit.checkpoint.refused`).
 """
 
-import os
 import re
 
 import numpy as np
 
 from keras_vit.applications_args import has_class_token
-from keras_vit.checkpoint import layout, state_dict, torch_layout
 from keras_vit.checkpoint import sizes as sizes_lib
+from keras_vit.checkpoint import state_dict, torch_layout
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.metadata import is_square
 from keras_vit.checkpoint.refused import refuse
-from keras_vit.families import unwritable_options
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.position_embedding import TIMM
@@ -385,42 +383,6 @@ def _attention_pool_params(state, num_heads):
             kernel = kernel.reshape(num_heads, -1, kernel.shape[-1])
         params[f"{MAP_HEAD}{name}/kernel"], params[f"{MAP_HEAD}{name}/bias"] = kernel, bias
     return params
-
-
-def save_timm(model, path):
-    """Writes `model` as a timm checkpoint that `timm.create_model` loads.
-
-    Args:
-        model: a keras_vit `VisionTransformer` (plain, not hybrid; no pre_logits,
-            which timm's ViT has no layer for; LayerNorm epsilon 1e-6). A model
-            with the rotary families' options (rope, gated_mlp, ...) is written
-            as timm's eva.py `Eva` (`keras_vit.checkpoint.timm_eva.eva_config`).
-        path: a directory (timm's Hub layout, as `timm.models.save_for_hf`
-            writes it: model.safetensors + config.json, for
-            `timm.create_model('local-dir:' + path, pretrained=True)`), or a file
-            ending in .safetensors (the state dict alone).
-    Returns:
-        the path of the safetensors file written.
-    Raises:
-        CheckpointError: a model timm's ViT cannot express (named).
-    """
-    if unwritable_options(model):  # the rotary families: timm's eva.py layout
-        from keras_vit.checkpoint import timm_eva  # (it reads with this module's helpers)
-
-        config = timm_eva.eva_config(model)
-        state = timm_eva.eva_state(layout.model_params(model), model)
-    else:
-        config = timm_config(model)
-        state = from_params(layout.model_params(model))
-    path = os.fspath(path)
-    if path.endswith(state_dict.SAFETENSORS):
-        state_dict.write_safetensors(path, state)
-        return path
-    os.makedirs(path, exist_ok=True)
-    weights = os.path.join(path, state_dict.HUB_WEIGHTS[0])
-    state_dict.write_safetensors(weights, state)
-    state_dict.write_config(path, config)
-    return weights
 
 
 def from_params(params):
