@@ -4,6 +4,7 @@ families"): `configs/families.py:FAMILY`, FAMILY one of `FAMILIES`.
   python trainers/finetune.py --config=configs/families.py:dinov2 --init=lvd142m \
       --config.input.tfds_data_dir=TFDS --model_dir=FT
   python trainers/finetune.py --config=configs/families.py:siglip --init=webli ...
+  python trainers/finetune.py --config=configs/families.py:dinov3 --init=lvd1689m ...
 
 `--init` takes the builder's published names (docs/models.md, "Published names"), or any
 timm / transformers file, folder or Hub name of the family; the model takes the file's
@@ -42,6 +43,9 @@ FAMILIES = {
     "dinov2": "DINOv2_B14_reg",
     "siglip": "SigLIP_B16",
     "clip": "CLIP_B16",
+    "dinov3": "DINOv3_B16",
+    "eva02": "EVA02_B14",
+    "rope_vit": "RoPE_Mixed_ViT_B16",
 }
 LAYER_DECAY = 0.75  # BEiT's and MAE's for ViT-B (module docstring)
 

@@ -21,6 +21,7 @@ import keras
 from keras_vit.families import BOOLEAN_OPTIONS, FAMILY_DEFAULTS
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.resnet import resnet_spec
+from keras_vit.layers.rotary import rope_spec
 from keras_vit.preprocessing import check_preprocessing
 
 
@@ -163,6 +164,7 @@ def with_defaults(arguments):
             a[key] = default
         elif key in BOOLEAN_OPTIONS and not isinstance(a[key], bool):
             raise ValueError(f"{key} must be True or False, got {a[key]!r}.")
+    a["rope"] = rope_spec(a["rope"])
     scale = a["layer_scale_init"]
     if scale is not None and (
         isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not scale > 0

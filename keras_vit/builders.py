@@ -37,6 +37,42 @@ _CLIP = dict(  # OpenAI's: QuickGELU
     layer_norm_epsilon=1e-5,
     quick_gelu=True,
 )
+_DINOV3 = dict(  # timm's layout: the mean of the patches, 4 storage tokens, RoPE alone
+    rope="dinov3",
+    absolute_position_embedding=False,
+    num_registers=4,
+    layer_scale_init=1e-5,
+    layer_norm_epsilon=1e-5,
+    approximate_gelu=False,
+    classifier="token_gap",
+)
+_EVA02 = dict(  # learned position embeddings and RoPE on a 16 x 16 reference grid
+    rope={"kind": "axial", "reference_grid": (16, 16)},
+    gated_mlp=True,
+    approximate_gelu=False,
+    classifier="token_gap",
+    fc_norm=True,
+)
+_ROPE_VIT = dict(  # Heo et al.'s RoPE-ViT: RoPE alone, class token
+    absolute_position_embedding=False,
+    layer_scale_init=1e-5,
+    approximate_gelu=False,
+)
+_ROPE_AXIAL = {"kind": "axial", "temperature": 100.0, "grid_indexing": "xy"}
+
+
+def _eva02(hidden, heads, layers, inner_norm):
+    """EVA-02's sizes: a SwiGLU of int(hidden * 8 / 3) (timm's mlp_ratio 4 * 2 / 3)."""
+    sizes = dict(
+        patch_size=14,
+        hidden_size=hidden,
+        mlp_dim=int(hidden * (4 * 2 / 3)),
+        num_heads=heads,
+        num_layers=layers,
+    )
+    return sizes, {**_EVA02, "mlp_norm": True} if inner_norm else _EVA02
+
+
 # The families' variants: sizes, then the options of their family (keras_vit.families).
 # With `weights`, the file's options win over these (a LAION CLIP's GELU, timm's
 # DINOv2-with-registers layout, ...): only the sizes are given.
@@ -56,6 +92,19 @@ FAMILY_VARIANTS = {
     "CLIP_B16": (_sized("B", 16), _CLIP),
     "CLIP_B32": (_sized("B", 32), _CLIP),
     "CLIP_L14": (_sized("L", 14), _CLIP),
+    "DINOv3_S16": (_sized("S", 16), _DINOV3),
+    "DINOv3_B16": (_sized("B", 16), _DINOV3),
+    "DINOv3_L16": (_sized("L", 16), _DINOV3),
+    "EVA02_Ti14": _eva02(192, 3, 12, inner_norm=False),
+    "EVA02_S14": _eva02(384, 6, 12, inner_norm=False),
+    "EVA02_B14": _eva02(768, 12, 12, inner_norm=True),
+    "EVA02_L14": _eva02(1024, 16, 24, inner_norm=True),
+    "RoPE_ViT_S16": (_sized("S", 16), {**_ROPE_VIT, "rope": _ROPE_AXIAL}),
+    "RoPE_ViT_B16": (_sized("B", 16), {**_ROPE_VIT, "rope": _ROPE_AXIAL}),
+    "RoPE_ViT_L16": (_sized("L", 16), {**_ROPE_VIT, "rope": _ROPE_AXIAL}),
+    "RoPE_Mixed_ViT_S16": (_sized("S", 16), {**_ROPE_VIT, "rope": "mixed"}),
+    "RoPE_Mixed_ViT_B16": (_sized("B", 16), {**_ROPE_VIT, "rope": "mixed"}),
+    "RoPE_Mixed_ViT_L16": (_sized("L", 16), {**_ROPE_VIT, "rope": "mixed"}),
 }
 
 _ALL_VARIANTS = {**VARIANTS, **HYBRID_VARIANTS}
@@ -144,6 +193,19 @@ SigLIP_So400m14 = _family_builder("SigLIP_So400m14")
 CLIP_B16 = _family_builder("CLIP_B16")
 CLIP_B32 = _family_builder("CLIP_B32")
 CLIP_L14 = _family_builder("CLIP_L14")
+DINOv3_S16 = _family_builder("DINOv3_S16")
+DINOv3_B16 = _family_builder("DINOv3_B16")
+DINOv3_L16 = _family_builder("DINOv3_L16")
+EVA02_Ti14 = _family_builder("EVA02_Ti14")
+EVA02_S14 = _family_builder("EVA02_S14")
+EVA02_B14 = _family_builder("EVA02_B14")
+EVA02_L14 = _family_builder("EVA02_L14")
+RoPE_ViT_S16 = _family_builder("RoPE_ViT_S16")
+RoPE_ViT_B16 = _family_builder("RoPE_ViT_B16")
+RoPE_ViT_L16 = _family_builder("RoPE_ViT_L16")
+RoPE_Mixed_ViT_S16 = _family_builder("RoPE_Mixed_ViT_S16")
+RoPE_Mixed_ViT_B16 = _family_builder("RoPE_Mixed_ViT_B16")
+RoPE_Mixed_ViT_L16 = _family_builder("RoPE_Mixed_ViT_L16")
 
 BUILDERS = {name: globals()[name] for name in (*_ALL_VARIANTS, *FAMILY_VARIANTS)}
 

@@ -26,6 +26,18 @@ each, used where neither says:
     quick_gelu          the MLPs' activation is OpenAI CLIP's x * sigmoid(1.702 x)
     patch_embedding_bias
                         whether the patch embedding has a bias (CLIP's has none)
+    absolute_position_embedding
+                        whether learned position embeddings are added (DINOv3's
+                        and RoPE-ViT's positions are rotary alone)
+    rope                rotary position embeddings in the attention: None, or a
+                        dict (`keras_vit.layers.rotary.rope_spec`: 'axial' for
+                        EVA-02 and RoPE-ViT-Axial, 'mixed' for RoPE-ViT-Mixed,
+                        'dinov3')
+    qk_norm             a LayerNorm on each head's queries and keys
+    gated_mlp           SwiGLU MLPs: SiLU(gate) * value (EVA-02, DINOv3's
+                        larger models)
+    mlp_norm            a LayerNorm inside each MLP, before its second Dense
+                        (EVA-02 base and large)
 
 The classifier 'map' (SigLIP's multi-head attention pooling) is `classifier`'s,
 which a checkpoint fills as it fills 'token' and 'gap'.
@@ -43,6 +55,11 @@ FAMILY_DEFAULTS = {
     "pre_norm": False,
     "quick_gelu": False,
     "patch_embedding_bias": True,
+    "absolute_position_embedding": True,
+    "rope": None,
+    "qk_norm": False,
+    "gated_mlp": False,
+    "mlp_norm": False,
 }
 # The options a model config always records (those older than the others, which it
 # records only where they differ from the authors').
@@ -55,6 +72,10 @@ BOOLEAN_OPTIONS = (
     "pre_norm",
     "quick_gelu",
     "patch_embedding_bias",
+    "absolute_position_embedding",
+    "qk_norm",
+    "gated_mlp",
+    "mlp_norm",
 )
 FAMILY_OPTIONS = tuple(FAMILY_DEFAULTS)
 
@@ -68,3 +89,18 @@ def recorded_options(options):
         for key, value in values.items()
         if key in ALWAYS_RECORDED or value != FAMILY_DEFAULTS[key]
     }
+
+
+# The options of the rotary families (EVA-02, RoPE-ViT, DINOv3), which keras_vit reads
+# but does not write back to timm's or transformers' layouts.
+ROTARY_FAMILY_OPTIONS = ("absolute_position_embedding", "rope", "qk_norm", "gated_mlp", "mlp_norm")
+
+
+def unwritable_options(model):
+    """['rope={...}', ...]: the options of `ROTARY_FAMILY_OPTIONS` that `model` sets
+    (no writer of timm's or transformers' layouts takes them)."""
+    return [
+        f"{key}={getattr(model, key)!r}"
+        for key in ROTARY_FAMILY_OPTIONS
+        if getattr(model, key, FAMILY_DEFAULTS[key]) != FAMILY_DEFAULTS[key]
+    ]

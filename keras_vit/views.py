@@ -61,10 +61,11 @@ class ModelViews:
         images = self._image_input()
         encoder = self._encoder_for_views()
         _, x, patch_map = self._embedded(images)
+        grid = encoder.block_arguments(on_grid(x, patch_map))  # a rotary embedding's grid
         x = encoder.embedded(on_grid(x, patch_map))
         weights = []
         for block in encoder.blocks:  # block by block: each node has flat outputs
-            x, block_weights = block(x, return_attention_weights=True)
+            x, block_weights = block(x, return_attention_weights=True, **grid)
             weights.append(block_weights)
         return keras.Model(images, weights, name=f"{self.name}_attention")
 
@@ -127,9 +128,10 @@ class ModelViews:
             # more outputs than its first would not be connected: Keras' Function
             # counts a layer's outputs on its first node).
             encoder = self._encoder_for_views()
+            grid = encoder.block_arguments(on_grid(tokens, patch_map))
             x = encoder.embedded(on_grid(tokens, patch_map))
             for k, block in enumerate(encoder.blocks[: block_numbers[-1]], 1):
-                x = block(x)
+                x = block(x, **grid)
                 if k in block_numbers:
                     to_map = PatchTokenMap(
                         None if patch_map is not None else self.grid_size,

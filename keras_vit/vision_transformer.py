@@ -126,6 +126,23 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             the checkpoint's, else False.
         patch_embedding_bias: whether the patch embedding has a bias (CLIP's
             has none). None: the checkpoint's, else True.
+        absolute_position_embedding: whether learned position embeddings are
+            added (False: none; DINOv3 and RoPE-ViT place patches by `rope`
+            alone). None: the checkpoint's, else True.
+        rope: rotary position embeddings on the patch tokens' queries and keys
+            in every block (`keras_vit.layers.RotaryPositionEmbedding`): None, a
+            kind ('axial': EVA-02, RoPE-ViT-Axial; 'mixed': RoPE-ViT-Mixed, with
+            learned frequencies; 'dinov3') or a dict of its settings
+            (`keras_vit.layers.rotary.rope_spec`: kind, temperature,
+            grid_indexing, rotate_half, reference_grid). Computed from the grid
+            of each input: no resizing step at another resolution. None: the
+            checkpoint's, else none.
+        qk_norm: a LayerNorm on each head's queries and keys. None: the
+            checkpoint's, else False.
+        gated_mlp: SwiGLU MLPs, SiLU(gate) * value with a gate and a value of
+            `mlp_dim` each (EVA-02). None: the checkpoint's, else False.
+        mlp_norm: a LayerNorm inside each MLP before its second Dense (EVA-02's
+            base and large). None: the checkpoint's, else False.
         preprocessing: the input normalisation the weights expect, recorded in
             the config for `keras_vit.preprocess_input(images,
             model.preprocessing)` and the exports (deploy/): None for the
@@ -212,6 +229,11 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         pre_norm=None,
         quick_gelu=None,
         patch_embedding_bias=None,
+        absolute_position_embedding=None,
+        rope=None,
+        qk_norm=None,
+        gated_mlp=None,
+        mlp_norm=None,
         preprocessing=None,
         input_shape=None,
         input_tensor=None,
@@ -248,6 +270,11 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             pre_norm=pre_norm,
             quick_gelu=quick_gelu,
             patch_embedding_bias=patch_embedding_bias,
+            absolute_position_embedding=absolute_position_embedding,
+            rope=rope,
+            qk_norm=qk_norm,
+            gated_mlp=gated_mlp,
+            mlp_norm=mlp_norm,
             preprocessing=preprocessing,
             input_shape=input_shape,
             input_tensor=input_tensor,
@@ -303,6 +330,11 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         pre_norm,
         quick_gelu,
         patch_embedding_bias,
+        absolute_position_embedding,
+        rope,
+        qk_norm,
+        gated_mlp,
+        mlp_norm,
         preprocessing,
         resnet,
         pooling,
@@ -349,11 +381,16 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             name="Transformer",
             dtype=dtype,
             **_encoder_options(
-                num_registers,
-                position_embedding_for_class_token,
-                pre_norm,
-                layer_scale_init,
-                quick_gelu,
+                num_registers=num_registers,
+                position_embedding_for_class_token=position_embedding_for_class_token,
+                pre_norm=pre_norm,
+                layer_scale_init=layer_scale_init,
+                quick_gelu=quick_gelu,
+                absolute_position_embedding=absolute_position_embedding,
+                rope=rope,
+                qk_norm=qk_norm,
+                gated_mlp=gated_mlp,
+                mlp_norm=mlp_norm,
             ),
         )
         x = encoder(on_grid(x, patch_map))
@@ -430,6 +467,11 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         self.pre_norm = bool(pre_norm)
         self.quick_gelu = bool(quick_gelu)
         self.patch_embedding_bias = bool(patch_embedding_bias)
+        self.absolute_position_embedding = bool(absolute_position_embedding)
+        self.rope = rope
+        self.qk_norm = bool(qk_norm)
+        self.gated_mlp = bool(gated_mlp)
+        self.mlp_norm = bool(mlp_norm)
         self.num_prefix_tokens = prefix
         self.preprocessing = preprocessing
         self.resnet = resnet
@@ -504,16 +546,9 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         return cls(**config)
 
 
-def _encoder_options(num_registers, position_embedding_for_class_token, pre_norm, scale, quick):
+def _encoder_options(**options):
     """The Encoder's arguments for the family options that differ from the
     authors' model (none for it: its Encoder config is as before they existed)."""
-    options = dict(
-        num_registers=num_registers,
-        position_embedding_for_class_token=position_embedding_for_class_token,
-        pre_norm=pre_norm,
-        layer_scale_init=scale,
-        quick_gelu=quick,
-    )
     return {key: value for key, value in options.items() if value != FAMILY_DEFAULTS[key]}
 
 

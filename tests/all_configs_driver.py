@@ -35,7 +35,10 @@ FINETUNE = ("cifar10", "cifar100", "flowers", "pets", "vtab1k", "finetune_imagen
 # vtab1k through its `configs/vtab1k.py:TASK` form, for one task; configs/families.py for
 # each family (each takes its own path: LayerScale, registers, pooling, pre-norm, ...).
 VTAB_TASK = "vtab1k:dtd"
-FAMILY_SPECS = tuple(f"families:{family}" for family in ("clip", "deit3", "dinov2", "siglip"))
+FAMILY_SPECS = tuple(
+    f"families:{family}"
+    for family in ("clip", "deit3", "dinov2", "dinov3", "eva02", "rope_vit", "siglip")
+)
 # configs/fashion_mnist_hybrid.py's every variant (how much ResNet before the tokens).
 HYBRID_SPECS = tuple(f"fashion_mnist_hybrid:{v}" for v in fashion_mnist_hybrid.HYBRIDS)
 # A model of milliseconds per step, at 8x8 px (2x2 patches), one step of a batch of 4 (two
@@ -186,6 +189,7 @@ MODEL_SWITCHES = (
     "attention_dropout_rate",
     "layer_scale_init",
     "num_registers",
+    "rope",  # rotary position embeddings: None or a dict (keras_vit.layers.rotary)
 )
 MODEL_VALUES = (
     "image_size",

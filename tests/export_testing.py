@@ -156,6 +156,41 @@ OUTPUT_CASES = {
         "features",
         (16,),
     ),
+    # DINOv3: rotary position embeddings alone (its form: patch centres, rotate_half),
+    # 4 storage tokens, LayerScale, the mean of the patches; a softmax head.
+    "family_dinov3": (
+        dict(
+            rope="dinov3",
+            absolute_position_embedding=False,
+            num_registers=4,
+            layer_scale_init=0.1,
+            approximate_gelu=False,
+            layer_norm_epsilon=1e-5,
+            classifier="token_gap",
+            classifier_activation="softmax",
+        ),
+        "classifier",
+        "probabilities",
+        (5,),
+    ),
+    # EVA-02: learned and rotary (axial, on a reference grid) positions, a SwiGLU
+    # with its inner LayerNorm, fc_norm; here with RoPE-ViT's learned ('mixed')
+    # frequencies and qk-norm too, so that every new block is exported.
+    "family_eva02_mixed": (
+        dict(
+            rope="mixed",
+            qk_norm=True,
+            gated_mlp=True,
+            mlp_norm=True,
+            fc_norm=True,
+            approximate_gelu=False,
+            classifier="token_gap",
+            include_top=False,
+        ),
+        "features",
+        "features",
+        (16,),
+    ),
 }
 
 

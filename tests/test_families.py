@@ -204,6 +204,14 @@ FAMILY_BUILDERS = {
     "DINOv2_S14_reg": dict(num_registers=4, layer_scale_init=1e-5),
     "SigLIP_B16": dict(classifier="map"),
     "CLIP_B16": dict(pre_norm=True, quick_gelu=True, patch_embedding_bias=False),
+    "DINOv3_S16": dict(
+        num_registers=4,
+        absolute_position_embedding=False,
+        classifier="token_gap",
+        layer_norm_epsilon=1e-5,
+    ),
+    "EVA02_B14": dict(gated_mlp=True, mlp_norm=True, fc_norm=True, classifier="token_gap"),
+    "RoPE_Mixed_ViT_S16": dict(absolute_position_embedding=False, layer_scale_init=1e-5),
 }
 
 

@@ -169,3 +169,37 @@ def test_a_family_config_takes_the_sizes_of_a_smaller_file(data, tmp_path):
     line = refused.stderr.strip().splitlines()[-1]
     flags = re.findall(r"--config\.model_overrides\.\w+=\d+", line)
     assert "--config.model_overrides.hidden_size=16" in flags, line
+
+
+def test_dinov3_fine_tunes_under_layer_decay_with_its_rotary_options(data, tmp_path):
+    # A DINOv3-shaped file (rotary positions alone, storage tokens, LayerScale, the
+    # patches' mean), written in timm's eva.py layout: the run's model takes its
+    # options, and layer decay trains the rotary model's blocks.
+    folder, source = _written(
+        tmp_path,
+        "dinov3",
+        rope="dinov3",
+        absolute_position_embedding=False,
+        num_registers=2,
+        layer_scale_init=0.1,
+        approximate_gelu=False,
+        classifier="token_gap",
+    )
+    run_dir = str(tmp_path / "run")
+    err, config = _finetune(
+        data,
+        run_dir,
+        folder,
+        "--config.model.classifier=token_gap",
+        "--config.layer_decay=0.75",
+        "--config.optimizer=adamw",
+        "--config.weight_decay=0.0",
+    )
+    assert "model options from --init:" in err and "rope=" in err
+    assert config["rope"]["kind"] == "dinov3" and config["absolute_position_embedding"] is False
+    assert config["num_registers"] == 2
+    expected = layout.model_params(source)
+    got = layout.model_params(keras_vit.from_weights(run_dir))
+    assert "Transformer/posembed_input/pos_embedding" not in got
+    query = "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"
+    assert float(np.abs(got[query] - expected[query]).max()) > 1e-4  # trained from the file's

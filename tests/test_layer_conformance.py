@@ -114,6 +114,47 @@ ENTRIES = [
         expected_num_seed_generators=1,
     ),
     entry(
+        layers.MlpBlock,
+        dict(mlp_dim=16, dropout_rate=0.1, gated=True, inner_norm=True, layer_norm_epsilon=1e-5),
+        "swiglu-norm",
+        input_shape=TOKENS,
+        expected_output_shape=TOKENS,
+        expected_num_trainable_weights=6,  # Dense_0 (8, 32), norm, Dense_1
+        expected_num_seed_generators=1,
+    ),
+    entry(
+        layers.MultiHeadSelfAttention,
+        dict(num_heads=2, rope="mixed", grid_size=(2, 3), num_prefix_tokens=1, qk_norm=True),
+        "rope-qk_norm",
+        input_shape=TOKENS,
+        expected_output_shape=TOKENS,
+        expected_num_trainable_weights=13,  # 8, two LayerNorms, the mixed frequencies
+    ),
+    entry(
+        layers.RotaryPositionEmbedding,
+        dict(spec={"kind": "axial", "reference_grid": (4, 4)}, grid_size=(2, 3)),
+        "axial",
+        input_shape=(2, 7, 2, 8),  # (batch, 1 + 2x3, heads, head_dim)
+        expected_output_shape=(2, 7, 2, 8),
+        expected_num_trainable_weights=0,
+    ),
+    entry(
+        layers.RotaryPositionEmbedding,
+        dict(spec="dinov3", grid_size=(2, 3), num_prefix_tokens=3),
+        "dinov3",
+        input_shape=(2, 9, 2, 8),
+        expected_output_shape=(2, 9, 2, 8),
+        expected_num_trainable_weights=0,
+    ),
+    entry(
+        layers.RotaryPositionEmbedding,
+        dict(spec="mixed", grid_size=(2, 3), num_heads=2),
+        "mixed",
+        input_shape=(2, 7, 2, 8),
+        expected_output_shape=(2, 7, 2, 8),
+        expected_num_trainable_weights=1,
+    ),
+    entry(
         layers.StochasticDepth,
         dict(rate=0.5, seed=1),
         input_shape=TOKENS,
@@ -177,6 +218,24 @@ ENTRIES = [
         input_shape=((2, 13, 8), (2, 3, 4, 5)),  # position embedding resized to a 3x4 grid
         expected_output_shape=(2, 13, 8),
         expected_num_trainable_weights=19,  # position embedding, 1 block of 16, encoder_norm
+    ),
+    entry(
+        layers.Encoder,
+        dict(
+            grid_size=(2, 3),
+            num_layers=1,
+            num_heads=2,
+            mlp_dim=16,
+            num_registers=2,
+            absolute_position_embedding=False,
+            rope="dinov3",
+            gated_mlp=True,
+            layer_scale_init=1e-5,
+        ),
+        "dinov3",
+        input_shape=((2, 13, 8), (2, 3, 4, 5)),  # the rotary angles of a 3x4 grid
+        expected_output_shape=(2, 15, 8),
+        expected_num_trainable_weights=21,  # registers, a block of 18, encoder_norm
     ),
     entry(
         layers.TokenPooling,

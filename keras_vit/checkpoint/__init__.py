@@ -8,7 +8,7 @@ from keras_vit.checkpoint.layout import model_params, model_variables
 from keras_vit.checkpoint.loader import assign_params, load, load_weights
 from keras_vit.checkpoint.npz import canonical_names, read_npz, save_npz
 from keras_vit.checkpoint.source import Source, open_source
-from keras_vit.checkpoint.timm_format import save_timm
+from keras_vit.checkpoint.timm_writer import save_timm
 from keras_vit.checkpoint.transformers_format import save_transformers
 from keras_vit.families import FAMILY_DEFAULTS
 

@@ -19,6 +19,14 @@ of a fine-tune, '-<pixels>' where the resolution is not 224.
     SigLIP_So400m14      'webli', 'webli-378', 'webli-384'; 'siglip2', 'siglip2-378'
     CLIP_B16, CLIP_B32   'openai', 'laion2b', 'laion400m'
     CLIP_L14             'openai', 'openai-336', 'laion2b', 'laion400m'
+    DINOv3_{S,B,L}16     'lvd1689m' (DINOv3's web images; timm's layout: the mean of
+                         the patches); DINOv3_L16 also 'sat493m' (satellite images)
+    EVA02_{Ti,S}14       'mim_in22k' (the MIM pre-training, 224 px, headless),
+                         'mim_in22k+imagenet2012-336'
+    EVA02_{B,L}14        'mim_in22k', 'mim_in22k+imagenet2012-448',
+                         'mim_in22k+imagenet21k+imagenet2012-448'
+    RoPE_ViT_{S,B,L}16, RoPE_Mixed_ViT_{S,B,L}16
+                         'imagenet2012' (Heo et al.'s DeiT III recipe on ImageNet-1k)
 
 What a name adds to its file (`HubName.arguments`): OpenAI's CLIP towers were trained
 with QuickGELU, which timm's repository config (shared by its GELU and QuickGELU
@@ -95,6 +103,24 @@ def _build():
     names["CLIP_B16"] = _clip("vit_base_patch16_clip")
     names["CLIP_B32"] = _clip("vit_base_patch32_clip")
     names["CLIP_L14"] = _clip("vit_large_patch14_clip", openai_336=True)
+    for size in ("S", "B", "L"):
+        model = f"vit_{_SIZES[size]}_patch16"
+        names[f"DINOv3_{size}16"] = {"lvd1689m": _timm(f"{model}_dinov3", "lvd1689m")}
+        names[f"RoPE_ViT_{size}16"] = {"imagenet2012": _timm(f"{model}_rope_224", "naver_in1k")}
+        names[f"RoPE_Mixed_ViT_{size}16"] = {
+            "imagenet2012": _timm(f"{model}_rope_mixed_224", "naver_in1k")
+        }
+    names["DINOv3_L16"]["sat493m"] = _timm("vit_large_patch16_dinov3", "sat493m")
+    for size, pixels in (("Ti", 336), ("S", 336), ("B", 448), ("L", 448)):
+        model = f"eva02_{ {'Ti': 'tiny', **_SIZES}[size] }_patch14"
+        names[f"EVA02_{size}14"] = {
+            "mim_in22k": _timm(f"{model}_224", "mim_in22k"),
+            f"mim_in22k+imagenet2012-{pixels}": _timm(f"{model}_{pixels}", "mim_in22k_ft_in1k"),
+        }
+        if size in ("B", "L"):
+            names[f"EVA02_{size}14"][f"mim_in22k+imagenet21k+imagenet2012-{pixels}"] = _timm(
+                f"{model}_{pixels}", "mim_in22k_ft_in22k_in1k"
+            )
     return {
         (variant, name): entry for variant, table in names.items() for name, entry in table.items()
     }

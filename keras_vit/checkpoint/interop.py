@@ -16,7 +16,7 @@ The families' options (`keras_vit.families`) are in each opened file's metadata.
 import os
 
 from keras_vit import run_directory
-from keras_vit.checkpoint import hub, state_dict, timm_format, transformers_format
+from keras_vit.checkpoint import hub, state_dict, timm_eva, timm_format, transformers_format
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.families import recorded_options
 
@@ -90,7 +90,9 @@ def open_file(path, arch=None):
         )
     if timm_format.is_timm_state(state):
         timm_config = config if timm_format.is_timm_config(config) else None
-        return _opened(path, TIMM, timm_format.open_state(path, state, timm_config, arch))
+        return _opened(
+            path, TIMM, _timm_module(state, timm_config).open_state(path, state, timm_config, arch)
+        )
     first = ", ".join(list(state)[:5])
     raise CheckpointError(
         f"{path} is neither a timm nor a transformers ViT state dict (its first keys: {first})."
@@ -110,7 +112,7 @@ def open_directory(path, arch=None):
     config = state_dict.read_config(os.path.join(path, state_dict.HUB_CONFIG))
     weights = state_dict.weights_in(path, family)
     state = state_dict.read_state_dict(weights)
-    module = transformers_format if family == TRANSFORMERS else timm_format
+    module = transformers_format if family == TRANSFORMERS else _timm_module(state, config)
     return _opened(weights, family, module.open_state(weights, state, config, arch))
 
 
@@ -147,6 +149,12 @@ def model_config(metadata, sizes):
         **recorded_options(metadata),
         **({"preprocessing": metadata["preprocessing"]} if metadata.get("preprocessing") else {}),
     }
+
+
+def _timm_module(state, config):
+    """The module that reads a timm state dict: eva.py's families' (`timm_eva`: EVA-02,
+    RoPE-ViT, DINOv3) where it claims it, else the plain ViT's (`timm_format`)."""
+    return timm_eva if timm_eva.claims(state, config) else timm_format
 
 
 def _opened(origin, family, opened):

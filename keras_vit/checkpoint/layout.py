@@ -36,7 +36,8 @@ def model_variables(model):
     encoder = model.get_layer("Transformer")
     if encoder.registers is not None:
         names["Transformer/registers"] = encoder.registers.registers
-    names["Transformer/posembed_input/pos_embedding"] = encoder.position_embedding.pos_embedding
+    if encoder.position_embedding is not None:  # DINOv3's, RoPE-ViT's: rotary alone
+        names["Transformer/posembed_input/pos_embedding"] = encoder.position_embedding.pos_embedding
     if encoder.encoder_prenorm is not None:
         names.update(_norm("Transformer/encoder_prenorm", encoder.encoder_prenorm))
     for i, block in enumerate(encoder.blocks):
@@ -45,8 +46,11 @@ def model_variables(model):
         names.update(_attention(prefix + "MultiHeadDotProductAttention_1", block.attention))
         if block.layer_scale_1 is not None:
             names[prefix + "LayerScale_1/scale"] = block.layer_scale_1.scale
+        names.update(_rotary_and_qk_norms(prefix + "MultiHeadDotProductAttention_1", block))
         names.update(_norm(prefix + "LayerNorm_2", block.norm_2))
         names.update(_dense(prefix + "MlpBlock_3/Dense_0", block.mlp.dense_0))
+        if block.mlp.norm is not None:  # EVA-02's LayerNorm inside the MLP
+            names.update(_norm(prefix + "MlpBlock_3/norm", block.mlp.norm))
         names.update(_dense(prefix + "MlpBlock_3/Dense_1", block.mlp.dense_1))
         if block.layer_scale_3 is not None:
             names[prefix + "LayerScale_3/scale"] = block.layer_scale_3.scale
@@ -114,6 +118,20 @@ def _resnet(model):
             for conv, norm in unit.conv_norm_pairs():
                 names[f"block{s}/unit{u}/{conv.name}/kernel"] = conv.kernel
                 names.update(_norm(f"block{s}/unit{u}/{norm.name}", norm))
+    return names
+
+
+def _rotary_and_qk_norms(name, block):
+    """A block attention's newer weights: the learned frequencies of a 'mixed'
+    rotary embedding '<name>/rope/frequencies' (2, heads, head_dim/2) and the
+    LayerNorms on queries and keys '<name>/query_norm/...', '<name>/key_norm/...'
+    (head_dim,)."""
+    attention, names = block.attention, {}
+    if attention.rope is not None and attention.rope.frequencies is not None:
+        names[f"{name}/rope/frequencies"] = attention.rope.frequencies
+    if attention.query_norm is not None:
+        names.update(_norm(f"{name}/query_norm", attention.query_norm))
+        names.update(_norm(f"{name}/key_norm", attention.key_norm))
     return names
 
 

@@ -50,12 +50,13 @@ class Target:
     @classmethod
     def of(cls, model):
         variables = layout.model_variables(model)
+        embedding = model.get_layer("Transformer").position_embedding
         return cls(
             model.name,
             {name: tuple(variable.shape) for name, variable in variables.items()},
             tuple(model.grid_size),
             # The rows before the grid's: the class token's, unless it gets none.
-            model.get_layer("Transformer").position_embedding.num_embedded_prefix_tokens,
+            0 if embedding is None else embedding.num_embedded_prefix_tokens,
         )
 
 

@@ -7,11 +7,13 @@ would give other logits than the source's. `FEATURES` is the one list
 """
 
 from keras_vit.checkpoint.errors import CheckpointError
+from keras_vit.families import unwritable_options
 
 FEATURES = {
     "distillation token": "DeiT's distilled models add a second token and head "
     "(dist_token, head_dist); keras_vit has one class token and one head",
-    "qk_norm": "LayerNorms on queries and keys (q_norm, k_norm); keras_vit has none",
+    "qk_norm": "LayerNorms on queries and keys (q_norm, k_norm) in timm's plain "
+    "VisionTransformer; keras_vit reads them (qk_norm=True) in timm eva.py's layout alone",
     "patch dropout": "dropping patch tokens in training (patch_drop_rate); keras_vit does not",
     "attention pooling": "an attention-pooling head other than big_vision's MAP "
     "(one probe token over tokens without a class token): several latents, "
@@ -20,20 +22,26 @@ FEATURES = {
     "position embeddings on register tokens": "register tokens that get position "
     "embeddings (timm's reg_tokens without no_embed_class); keras_vit inserts "
     "registers after the position embeddings, as DINOv2 with registers",
-    "rotary position embeddings": "RoPE (EVA-02, DINOv3: rope keys, or an "
-    "architecture of theirs); keras_vit adds learned absolute position embeddings",
+    "rotary position embeddings": "a rotary form other than EVA-02's and RoPE-ViT's "
+    "axial, RoPE-ViT's mixed and DINOv3's (the Perception Encoder's grid offset, "
+    "coordinate augmentation in the checkpoint's config, MRoPE)",
+    "grouped-query attention": "fewer key/value heads than query heads (Sapiens2, "
+    "num_kv_heads); keras_vit's attention has as many",
+    "LayerScale on attention alone": "LayerScale on the attention branch without one on "
+    "the MLP's (attn_only_layer_scale); keras_vit scales both or neither",
     "pooling": "max / avg-max / no pooling (global_pool other than 'token', 'avg' and "
     "'map'); keras_vit pools by class token, mean or MAP",
     "no final LayerNorm": "a model without a LayerNorm after the blocks "
     "(final_norm=False); keras_vit has one, before or after pooling",
     "patch-embedding norm": "a LayerNorm inside the patch embedding "
     "(embed_norm_layer); keras_vit's patch embedding is the linear projection alone",
-    "scaled norms": "extra LayerNorms inside attention or MLP (scale_attn_norm, "
-    "scale_mlp_norm); keras_vit has none",
-    "gated MLP": "SwiGLU-style MLPs (fc1_g / fc1_x, w12 / w3; DINOv2 giant, EVA-02, "
-    "DINOv3, transformers' use_swiglu_ffn); keras_vit's MLP is Dense -> GELU -> Dense",
-    "no learned position embedding": "none or rotary position embeddings; "
-    "keras_vit adds learned absolute ones",
+    "scaled norms": "extra LayerNorms inside the attention (scale_attn_norm, EVA-CLIP's "
+    "attn.norm) or a gate on it; keras_vit has EVA-02's LayerNorm inside the MLP alone",
+    "gated MLP": "a gated MLP in a plain timm ViT or DINOv2 (SwiGLUPacked fc1 of "
+    "another width, w12 / w3; DINOv2 giant, transformers' use_swiglu_ffn); keras_vit "
+    "reads the SwiGLUs of timm's eva.py (EVA-02, DINOv3) and transformers' DINOv3",
+    "no learned position embedding": "a plain timm ViT without position embeddings "
+    "(pos_embed other than 'learn'), or an eva.py one with neither learned nor rotary ones",
     "hybrid ResNet": "timm's hybrids (vit_*_r50_*, vit_*_r26_*) standardise "
     "kernels with sqrt(var + 1e-8) and use GroupNorm epsilon 1e-5, where "
     "keras_vit's (the authors') use std + 1e-5 and 1e-6: another computation; "
@@ -59,3 +67,15 @@ def refuse(origin, feature, evidence):
         f"{origin}: {feature} ({evidence}) is not supported: {FEATURES[feature]}. "
         "keras_vit refuses it rather than approximate it."
     )
+
+
+def check_writable(model, layout):
+    """Raises CheckpointError naming the options of `model` that the writer of
+    `layout` ("timm's", "transformers'") does not write: the rotary families'
+    (`keras_vit.families.unwritable_options`), which that layout would drop."""
+    options = unwritable_options(model)
+    if options:
+        raise CheckpointError(
+            f"{model.name}: {', '.join(options)}: writing {layout} layout of these options "
+            "is not supported; save the model as a .keras file (model.save)."
+        )

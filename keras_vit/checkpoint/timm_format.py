@@ -44,14 +44,13 @@ caller to give (`keras_vit.checkpoint.sizes`). What keras_vit does not compute i
 refused by name (`keras_vit.checkpoint.refused`).
 """
 
-import os
 import re
 
 import numpy as np
 
 from keras_vit.applications_args import has_class_token
-from keras_vit.checkpoint import layout, state_dict, torch_layout
 from keras_vit.checkpoint import sizes as sizes_lib
+from keras_vit.checkpoint import state_dict, torch_layout
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.metadata import is_square
 from keras_vit.checkpoint.refused import refuse
@@ -203,7 +202,7 @@ def open_state(origin, state, config=None, arch=None):
             sizes that disagree with `arch` (named).
     """
     architecture = (config or {}).get("architecture")
-    model_args = {**implicit_model_args(architecture), **_model_args(config)}
+    model_args = {**implicit_model_args(architecture), **config_model_args(config)}
     _check_keys(origin, state, model_args, config)
     has_cls = "cls_token" in state
     attention_pool = "attn_pool.latent" in state
@@ -257,7 +256,7 @@ def open_state(origin, state, config=None, arch=None):
         "pre_norm": "norm_pre.weight" in state,
         "quick_gelu": act == "quick_gelu",
         "patch_embedding_bias": "patch_embed.proj.bias" in state,
-        "preprocessing": _preprocessing(origin, config),
+        "preprocessing": preprocessing_of(origin, config),
         "posemb_resize": TIMM,  # timm's resample_abs_pos_embed
     }
     if "head.weight" in state:
@@ -384,34 +383,6 @@ def _attention_pool_params(state, num_heads):
             kernel = kernel.reshape(num_heads, -1, kernel.shape[-1])
         params[f"{MAP_HEAD}{name}/kernel"], params[f"{MAP_HEAD}{name}/bias"] = kernel, bias
     return params
-
-
-def save_timm(model, path):
-    """Writes `model` as a timm checkpoint that `timm.create_model` loads.
-
-    Args:
-        model: a keras_vit `VisionTransformer` (plain, not hybrid; no pre_logits,
-            which timm's ViT has no layer for; LayerNorm epsilon 1e-6).
-        path: a directory (timm's Hub layout, as `timm.models.save_for_hf`
-            writes it: model.safetensors + config.json, for
-            `timm.create_model('local-dir:' + path, pretrained=True)`), or a file
-            ending in .safetensors (the state dict alone).
-    Returns:
-        the path of the safetensors file written.
-    Raises:
-        CheckpointError: a model timm's ViT cannot express (named).
-    """
-    config = timm_config(model)
-    state = from_params(layout.model_params(model))
-    path = os.fspath(path)
-    if path.endswith(state_dict.SAFETENSORS):
-        state_dict.write_safetensors(path, state)
-        return path
-    os.makedirs(path, exist_ok=True)
-    weights = os.path.join(path, state_dict.HUB_WEIGHTS[0])
-    state_dict.write_safetensors(weights, state)
-    state_dict.write_config(path, config)
-    return weights
 
 
 def from_params(params):
@@ -596,7 +567,7 @@ def _check_expressible(model):
         )
 
 
-def _preprocessing(origin, config):
+def preprocessing_of(origin, config):
     """The input normalisation config.json's `pretrained_cfg` states (mean and std
     on the [0, 1] scale), checked; None where it states none or the authors'."""
     pretrained = (config or {}).get("pretrained_cfg") or {}
@@ -607,7 +578,7 @@ def _preprocessing(origin, config):
     )
 
 
-def _model_args(config):
+def config_model_args(config):
     if config is None:
         return {}
     args = config.get("model_args") or {}

@@ -30,10 +30,16 @@ form; 'gelu_new', 'gelu_pytorch_tanh', ...: the tanh form), `layer_norm_eps`
 import os
 import re
 
-from keras_vit.checkpoint import layout, state_dict, torch_layout, transformers_families
+from keras_vit.checkpoint import (
+    layout,
+    state_dict,
+    torch_layout,
+    transformers_dinov3,
+    transformers_families,
+)
 from keras_vit.checkpoint import sizes as sizes_lib
 from keras_vit.checkpoint.errors import CheckpointError
-from keras_vit.checkpoint.refused import refuse
+from keras_vit.checkpoint.refused import check_writable, refuse
 from keras_vit.families import FAMILY_DEFAULTS
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.position_embedding import TRANSFORMERS
@@ -135,9 +141,10 @@ def open_state(origin, state, config, arch=None):
         CheckpointError: another model_type, keys of another model (named),
             sizes that disagree with `arch` (named).
     """
-    if transformers_families.claims(config):  # DINOv2, SigLIP's and CLIP's towers
-        preprocessing = read_preprocessing(os.path.dirname(origin) or ".")
-        return transformers_families.open_state(origin, state, config, preprocessing)
+    for family in (transformers_families, transformers_dinov3):  # DINOv2, SigLIP, CLIP; DINOv3
+        if family.claims(config):
+            preprocessing = read_preprocessing(os.path.dirname(origin) or ".")
+            return family.open_state(origin, state, config, preprocessing)
     config = {**DEFAULTS, **config}
     model_type = config.get("model_type")
     if model_type != MODEL_TYPE:
@@ -355,6 +362,7 @@ def transformers_config(model):
         CheckpointError: a model transformers' ViT cannot express (named).
     """
     name = model.name
+    check_writable(model, "transformers'")
     if getattr(model, "resnet", None) is not None:
         raise CheckpointError(
             f"{name}: a hybrid cannot be written as a transformers ViT (it has no ResNet)."

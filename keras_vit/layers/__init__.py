@@ -13,6 +13,7 @@ from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStage, ResNetStem
+from keras_vit.layers.rotary import RotaryPositionEmbedding
 from keras_vit.layers.std_conv import StdConv2D
 from keras_vit.layers.stochastic_depth import StochasticDepth
 
@@ -32,6 +33,7 @@ __all__ = [
     "RegisterTokens",
     "ResNetStage",
     "ResNetStem",
+    "RotaryPositionEmbedding",
     "StdConv2D",
     "StochasticDepth",
     "TokenPooling",

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit.initializers import FlatGlorotUniform
+from keras_vit.layers.rotary import RotaryPositionEmbedding
 
 
 def check_heads(hidden_size, num_heads, where=None):
@@ -42,6 +43,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         num_heads: number of attention heads; must divide the hidden size.
         dropout_rate: dropout on the attention weights.
         use_fused_attention: allow the fused kernel when weights are not needed.
+        rope: rotary position embeddings on the queries and keys of the patch
+            tokens (`keras_vit.layers.rotary.rope_spec`; EVA-02, RoPE-ViT,
+            DINOv3): the sub-layer `rope` (`RotaryPositionEmbedding`) of the grid
+            `grid_size` with `num_prefix_tokens` tokens before it. None: none.
+        qk_norm: a LayerNorm over each head's channels on the queries and keys
+            (`query_norm`, `key_norm`, epsilon `layer_norm_epsilon`), before the
+            rotation.
         pad_tokens_to_multiple: on the fused path, pad the token axis of q, k and
             v with zeros up to a multiple of this (e.g. 64) and mask the padding
             keys, for fused kernels that want aligned sequence lengths (cuDNN
@@ -56,10 +64,42 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         dropout_rate=0.0,
         use_fused_attention=True,
         pad_tokens_to_multiple=None,
+        rope=None,
+        grid_size=None,
+        num_prefix_tokens=1,
+        qk_norm=False,
+        layer_norm_epsilon=1e-6,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
+        self.grid_size = None if grid_size is None else tuple(int(g) for g in grid_size)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.qk_norm = bool(qk_norm)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        # None where absent: the plain attention's sub-layers and weights are as before.
+        self.rope = (
+            RotaryPositionEmbedding(
+                rope,
+                self.grid_size,
+                self.num_prefix_tokens,
+                self.num_heads,
+                name="rope",
+                dtype=self.dtype_policy,
+            )
+            if rope is not None
+            else None
+        )
+        self.query_norm, self.key_norm = (
+            (
+                keras.layers.LayerNormalization(
+                    epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy
+                )
+                for name in ("query_norm", "key_norm")
+            )
+            if self.qk_norm
+            else (None, None)
+        )
         self.dropout_rate = float(dropout_rate)
         self.use_fused_attention = bool(use_fused_attention)
         if pad_tokens_to_multiple is not None and int(pad_tokens_to_multiple) < 1:
@@ -99,6 +139,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             name="out_kernel", shape=(*heads, hidden), initializer=FlatGlorotUniform(in_axes=2)
         )
         self.out_bias = self.add_weight(name="out_bias", shape=(hidden,), initializer="zeros")
+        per_head = (None, None, *heads)
+        for layer in (self.query_norm, self.key_norm, self.rope):
+            if layer is not None:
+                layer.build(per_head)
 
     def _project(self, rows, tokens, kernel, bias):
         """(B*N, D) rows @ (D, H, hd) + (H, hd) -> (B, N, H, hd)."""
@@ -107,7 +151,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         y = y + ops.reshape(ops.cast(bias, rows.dtype), (width,))
         return ops.reshape(y, (-1, tokens, self.num_heads, self.head_dim))
 
-    def call(self, x, training=None, return_attention_weights=False):
+    def call(self, x, training=None, return_attention_weights=False, patch_map=None):
+        """`patch_map` (batch, rows, cols, any): the grid of the tokens for the
+        rotary embedding, where it is known only at call time (its shape is read)."""
         scale = 1.0 / math.sqrt(self.head_dim)
         tokens = ops.shape(x)[1]
         # Matmuls on (batch * tokens, hidden) rows: a 2-D matmul and its bias are one fused
@@ -116,6 +162,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         query = self._project(rows, tokens, self.query_kernel, self.query_bias)
         key = self._project(rows, tokens, self.key_kernel, self.key_bias)
         value = self._project(rows, tokens, self.value_kernel, self.value_bias)
+        if self.query_norm is not None:
+            query, key = self.query_norm(query), self.key_norm(key)
+        if self.rope is not None:
+            sin, cos = self.rope.tables(*self.rope.grid(patch_map))
+            query, key = self.rope.rotate(query, sin, cos), self.rope.rotate(key, sin, cos)
         dropout_active = self.dropout_rate > 0 and training
         if self.use_fused_attention and not return_attention_weights and not dropout_active:
             context = self._fused_attention(query, key, value, scale)
@@ -185,7 +236,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, return_attention_weights=False):
+    def compute_output_spec(self, x, training=None, return_attention_weights=False, patch_map=None):
         """The output's KerasTensor and, with `return_attention_weights`, the weights'
         (batch, heads, tokens, tokens); `compute_output_shape` alone cannot see the flag."""
         output = keras.KerasTensor(self.compute_output_shape(x.shape), dtype=self.compute_dtype)
@@ -205,4 +256,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "pad_tokens_to_multiple": self.pad_tokens_to_multiple,
             }
         )
+        # The newer options where they are used (absent: the plain attention's config).
+        if self.rope is not None:
+            config.update(
+                rope=dict(self.rope.spec),
+                grid_size=self.grid_size,
+                num_prefix_tokens=self.num_prefix_tokens,
+            )
+        if self.qk_norm:
+            config.update(qk_norm=True, layer_norm_epsilon=self.layer_norm_epsilon)
         return config

@@ -5,6 +5,7 @@ import keras
 from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON, EncoderBlock
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.register_tokens import RegisterTokens
+from keras_vit.layers.rotary import rope_spec
 from keras_vit.layers.stochastic_depth import linear_rates
 
 
@@ -46,6 +47,14 @@ class Encoder(keras.layers.Layer):
         layer_scale_init: LayerScale in every block, with this initial value;
             None: none.
         quick_gelu: the MLPs' activation is CLIP's x * sigmoid(1.702 x).
+        absolute_position_embedding: whether learned position embeddings are
+            added (`posembed_input`; False: none, `position_embedding` is None:
+            DINOv3, RoPE-ViT, whose positions are rotary alone).
+        rope: rotary position embeddings in every block's attention
+            (`keras_vit.layers.rotary.rope_spec`), on the patch tokens after the
+            class token and the registers; None: none.
+        qk_norm, gated_mlp, mlp_norm: LayerNorm on queries and keys, SwiGLU MLPs,
+            a LayerNorm inside the MLPs (`EncoderBlock`).
     """
 
     def __init__(
@@ -66,9 +75,19 @@ class Encoder(keras.layers.Layer):
         pre_norm=False,
         layer_scale_init=None,
         quick_gelu=False,
+        absolute_position_embedding=True,
+        rope=None,
+        qk_norm=False,
+        gated_mlp=False,
+        mlp_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.absolute_position_embedding = bool(absolute_position_embedding)
+        self.rope = rope_spec(rope)
+        self.qk_norm = bool(qk_norm)
+        self.gated_mlp = bool(gated_mlp)
+        self.mlp_norm = bool(mlp_norm)
         self.num_registers = int(num_registers)
         self.position_embedding_for_class_token = bool(position_embedding_for_class_token)
         self.pre_norm = bool(pre_norm)
@@ -86,12 +105,16 @@ class Encoder(keras.layers.Layer):
         self.stochastic_depth_rate = float(stochastic_depth_rate)
         self.final_norm = bool(final_norm)
         policy = self.dtype_policy  # sub-layers compute as the encoder does
-        self.position_embedding = PositionEmbedding(
-            self.grid_size,
-            self.num_prefix_tokens,
-            embed_prefix_tokens=self.position_embedding_for_class_token,
-            name="posembed_input",
-            dtype=policy,
+        self.position_embedding = (
+            PositionEmbedding(
+                self.grid_size,
+                self.num_prefix_tokens,
+                embed_prefix_tokens=self.position_embedding_for_class_token,
+                name="posembed_input",
+                dtype=policy,
+            )
+            if self.absolute_position_embedding
+            else None
         )
         # None where absent: the default encoder's layers and weights are as before.
         self.registers = (
@@ -122,6 +145,7 @@ class Encoder(keras.layers.Layer):
                 quick_gelu=self.quick_gelu,
                 name=f"encoderblock_{i}",
                 dtype=policy,
+                **self._block_options(),
             )
             for i, rate in enumerate(linear_rates(self.stochastic_depth_rate, self.num_layers))
         ]
@@ -139,11 +163,24 @@ class Encoder(keras.layers.Layer):
         registers."""
         return self.num_prefix_tokens + self.num_registers
 
+    def _block_options(self):
+        """The blocks' arguments for the newer options, where they are used."""
+        options = {key: True for key in ("qk_norm", "gated_mlp", "mlp_norm") if getattr(self, key)}
+        if self.rope is not None:
+            options.update(
+                rope=self.rope,
+                grid_size=self.grid_size,
+                num_prefix_tokens=self.num_output_prefix_tokens,
+            )
+        return options
+
     def build(self, input_shape):
-        self.position_embedding.build(input_shape)
+        if self.position_embedding is not None:
+            self.position_embedding.build(input_shape)
         tokens_shape = self.compute_output_shape(input_shape)
         if self.registers is not None:
-            self.registers.build(self.position_embedding.compute_output_shape(input_shape))
+            pair = isinstance(input_shape[0], (tuple, list))
+            self.registers.build(tuple(input_shape[0] if pair else input_shape))
         if self.encoder_prenorm is not None:
             self.encoder_prenorm.build(tokens_shape)
         for block in self.blocks:
@@ -155,7 +192,10 @@ class Encoder(keras.layers.Layer):
         """The first block's input: position embeddings added to the tokens (or
         the (tokens, patch_map) pair), registers inserted, dropout, the pre-norm.
         What `call` and the views (`keras_vit.views`) run before the blocks."""
-        x = self.position_embedding(x)
+        if self.position_embedding is not None:
+            x = self.position_embedding(x)
+        elif isinstance(x, (tuple, list)):  # the grid is the rotary embedding's affair
+            x = x[0]
         if self.registers is not None:
             x = self.registers(x)
         x = self.dropout(x, training=training)
@@ -163,15 +203,24 @@ class Encoder(keras.layers.Layer):
             x = self.encoder_prenorm(x)
         return x
 
+    def block_arguments(self, x):
+        """What each block is called with beside the tokens, for the encoder's input
+        `x` (the tokens, or the (tokens, patch_map) pair): the patch map where a
+        rotary embedding needs the grid of each call, else nothing."""
+        if self.rope is not None and isinstance(x, (tuple, list)):
+            return {"patch_map": x[1]}
+        return {}
+
     def call(self, x, training=None, return_attention_weights=False, return_hidden_states=False):
+        grid = self.block_arguments(x)
         x = self.embedded(x, training=training)
         weights, hidden_states = [], [x]
         for block in self.blocks:
             if return_attention_weights:
-                x, w = block(x, training=training, return_attention_weights=True)
+                x, w = block(x, training=training, return_attention_weights=True, **grid)
                 weights.append(w)
             else:
-                x = block(x, training=training)
+                x = block(x, training=training, **grid)
             hidden_states.append(x)
         output = x if self.encoder_norm is None else self.encoder_norm(x)
         return _pack(output, weights, hidden_states, return_attention_weights, return_hidden_states)
@@ -223,6 +272,14 @@ class Encoder(keras.layers.Layer):
                 "quick_gelu": self.quick_gelu,
             }
         )
+        # The newer options where they differ from the authors' (absent: theirs).
+        if not self.absolute_position_embedding:
+            config["absolute_position_embedding"] = False
+        if self.rope is not None:
+            config["rope"] = dict(self.rope)
+        for key in ("qk_norm", "gated_mlp", "mlp_norm"):
+            if getattr(self, key):
+                config[key] = True
         return config
 
 

@@ -19,6 +19,12 @@ class EncoderBlock(keras.layers.Layer):
     `layer_scale_init` (a number) each branch is scaled per channel before it is
     added (`LayerScale`, DeiT III, DINOv2): x = x + Drop(LS(MSA(LN(x)))), ...
     `quick_gelu`: the MLP's activation is CLIP's x * sigmoid(1.702 x).
+    The newer families' options (none by default): `rope` (rotary position
+    embeddings in the attention, of the grid `grid_size` after
+    `num_prefix_tokens` tokens; `call(..., patch_map=)` gives a grid known only
+    at call time), `qk_norm` (LayerNorm on queries and keys), `gated_mlp`
+    (SwiGLU) and `mlp_norm` (a LayerNorm inside the MLP): see
+    `MultiHeadSelfAttention` and `MlpBlock`.
 
     Input shape: (batch, tokens, hidden). Output shape: the same; with
     `return_attention_weights=True` also the weights (batch, heads, tokens, tokens).
@@ -39,9 +45,21 @@ class EncoderBlock(keras.layers.Layer):
         stochastic_depth_rate=0.0,
         layer_scale_init=None,
         quick_gelu=False,
+        rope=None,
+        grid_size=None,
+        num_prefix_tokens=1,
+        qk_norm=False,
+        gated_mlp=False,
+        mlp_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.rope = rope
+        self.grid_size = None if grid_size is None else tuple(int(g) for g in grid_size)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.qk_norm = bool(qk_norm)
+        self.gated_mlp = bool(gated_mlp)
+        self.mlp_norm = bool(mlp_norm)
         self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
         self.quick_gelu = bool(quick_gelu)
         self.num_heads = int(num_heads)
@@ -59,9 +77,15 @@ class EncoderBlock(keras.layers.Layer):
         self.attention = MultiHeadSelfAttention(
             self.num_heads,
             dropout_rate=self.attention_dropout_rate,
+            rope=rope,
+            grid_size=self.grid_size,
+            num_prefix_tokens=self.num_prefix_tokens,
+            qk_norm=self.qk_norm,
+            layer_norm_epsilon=self.layer_norm_epsilon,
             name="MultiHeadDotProductAttention_1",
             dtype=policy,
         )
+        self.rope = None if self.attention.rope is None else self.attention.rope.spec
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=policy)
         self.norm_2 = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy
@@ -71,6 +95,9 @@ class EncoderBlock(keras.layers.Layer):
             dropout_rate=self.dropout_rate,
             approximate_gelu=self.approximate_gelu,
             quick_gelu=self.quick_gelu,
+            gated=self.gated_mlp,
+            inner_norm=self.mlp_norm,
+            layer_norm_epsilon=self.layer_norm_epsilon,
             name="MlpBlock_3",
             dtype=policy,
         )
@@ -91,12 +118,13 @@ class EncoderBlock(keras.layers.Layer):
             if layer is not None:
                 layer.build(input_shape)
 
-    def call(self, x, training=None, return_attention_weights=False):
+    def call(self, x, training=None, return_attention_weights=False, patch_map=None):
         y = self.norm_1(x)
+        grid = {} if patch_map is None else {"patch_map": patch_map}
         y, weights = (
-            self.attention(y, training=training, return_attention_weights=True)
+            self.attention(y, training=training, return_attention_weights=True, **grid)
             if return_attention_weights
-            else (self.attention(y, training=training), None)
+            else (self.attention(y, training=training, **grid), None)
         )
         y = self.dropout(y, training=training)
         if self.layer_scale_1 is not None:
@@ -113,7 +141,7 @@ class EncoderBlock(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, return_attention_weights=False):
+    def compute_output_spec(self, x, training=None, return_attention_weights=False, patch_map=None):
         """As the attention's: the block keeps the shape and passes its weights on."""
         return self.attention.compute_output_spec(
             x, return_attention_weights=return_attention_weights
@@ -134,4 +162,14 @@ class EncoderBlock(keras.layers.Layer):
                 "quick_gelu": self.quick_gelu,
             }
         )
+        # The newer options where they are used (absent: the plain block's config).
+        if self.rope is not None:
+            config.update(
+                rope=dict(self.rope),
+                grid_size=self.grid_size,
+                num_prefix_tokens=self.num_prefix_tokens,
+            )
+        for key in ("qk_norm", "gated_mlp", "mlp_norm"):
+            if getattr(self, key):
+                config[key] = True
         return config
