@@ -20,7 +20,8 @@ predict runs, XLA where the model asks for it); the SavedModel's
 predict_images_float32 signature in TensorFlow; TFLite float32 / float16 / int8
 (full integer, calibrated; XNNPACK, --threads; the files take one image, so batch 8
 is 8 invokes); ONNX Runtime float32 and int8 (its dynamic quantisation of the
-float32 file); OpenVINO float32, bfloat16 (on a CPU with AVX-512-BF16 or AMX) and
+float32 file: deploy/onnx_export.py's, tools/export_onnx.py --precision=int8_dynamic);
+OpenVINO float32, bfloat16 (on a CPU with AVX-512-BF16 or AMX) and
 int8 (nncf's post-training quantisation), compiled at batch 1 and at batch 8;
 timm float32 and bfloat16 autocast (torch, eager) as the peer, ViT only, its own
 random weights (its agreement is against its own float32). A path that cannot
@@ -238,10 +239,8 @@ def build_onnx_float32(model, work):
 
 
 def build_onnx_int8_dynamic(model, work):
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     path = os.path.join(work["dir"], "model_int8.onnx")
-    quantize_dynamic(_onnx_float32(model, work), path, weight_type=QuantType.QInt8)
+    onnx_export.quantize_int8_dynamic(_onnx_float32(model, work), path)
     return _onnx_path(path, precision="int8 weights, activations quantised per call")
 
 

@@ -3,11 +3,13 @@ tools/export_onnx.py and tools/export_openvino.py (and tools/visualize.py,
 tools/fewshot.py): which model to export, for the export tools what it should output,
 and the images they calibrate and compare on."""
 
+import numpy as np
 from absl import app, flags
 
 import keras_vit
+from keras_vit import run_directory
 from keras_vit_data import fashion_mnist
-from keras_vit_deploy import datasets, preprocessing, sources
+from keras_vit_deploy import datasets, preprocessing, report, sources
 
 FLAGS = flags.FLAGS
 POOLINGS = ("none", "token", "avg", "max")  # --pooling (keras_vit's, None as 'none')
@@ -72,12 +74,15 @@ def define_export_flags(output_help):
 
 def define_comparison_flags():
     """The flags of the tools that check their file against the Keras model on real
-    images (`datasets.load_images`) and write a JSON report."""
+    images (`datasets.comparison_set`) and write a JSON report."""
     flags.DEFINE_string("report", None, "JSON report to write (also printed).")
     flags.DEFINE_string(
         "eval_data",
         None,
-        "TFRecord glob of comparison images (default: the Fashion-MNIST test set).",
+        "Comparison images: a make_tfrecords directory (its validation split, else test) "
+        "or a TFRecord glob. Default: the run's own data (RUN/data.json), else Fashion-MNIST's "
+        "test images, scored only for a model of Fashion-MNIST's classes (the run's "
+        "class_names.json) and otherwise compared with the reference alone.",
     )
     flags.DEFINE_string(
         "fashion_mnist_dir", fashion_mnist.FASHION_MNIST_DIR, "Fashion-MNIST IDX files."
@@ -122,16 +127,37 @@ def calibration_images(needed_by, size, channels):
     return preprocessing.match_channels(images, channels, where)
 
 
-def comparison_images(size, channels):
-    """(pixels (N, H, W, channels), labels) for --report: --eval_data's images, or
-    Fashion-MNIST's test set, at `size`; None without --report."""
+def run_class_names():
+    """The class names of --run_dir (its class_names.json), or None."""
+    if not FLAGS.run_dir:
+        return None
+    path = run_directory.RunDirectory(FLAGS.run_dir).class_names
+    return sources.read_class_names(path) if run_directory.exists(path) else None
+
+
+def comparison_images(size, channels, reference, output):
+    """The `datasets.Comparison` for --report (None without --report): the images
+    of `datasets.comparison_set` for --eval_data, --run_dir and the run's class
+    names, at `size` and brought to `channels`. `reference` (uint8 pixels -> the
+    file's `output`) tells a classifier's class count. A DataError naming the flag
+    for images whose classes cannot be the model's: called before anything is
+    written."""
     if not FLAGS.report:
         return None
-    pixels, labels = datasets.load_images(
-        FLAGS.eval_data, size, FLAGS.num_eval_images, FLAGS.fashion_mnist_dir
+    num_classes = None
+    if output in report.CLASS_OUTPUTS:
+        num_classes = int(np.shape(reference(np.zeros((1, *size, channels), np.uint8)))[-1])
+    comparison = datasets.comparison_set(
+        size,
+        FLAGS.num_eval_images,
+        eval_data=FLAGS.eval_data,
+        run_dir=FLAGS.run_dir,
+        num_classes=num_classes,
+        class_names=run_class_names(),
+        fashion_mnist_dir=FLAGS.fashion_mnist_dir,
     )
-    where = f"--eval_data={FLAGS.eval_data}" if FLAGS.eval_data else "Fashion-MNIST"
-    return preprocessing.match_channels(pixels, channels, where), labels
+    comparison.pixels = preprocessing.match_channels(comparison.pixels, channels, comparison.source)
+    return comparison
 
 
 def _overrides():

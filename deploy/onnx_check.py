@@ -16,8 +16,11 @@ from keras_vit_deploy.onnx_runtime import ONNXClassifier
 # conversion that computes something else (a dropped op, a wrong constant) is off
 # by far more. float32 runs the same arithmetic in another order (~1e-6 on these
 # probabilities); float16 rounds activations to 11 bits in both runtimes,
-# independently.
-CHECK_BOUNDS = {"float32": 1e-4, "float16": 5e-2}
+# independently. int8_dynamic stores the MatMuls' weights in 8 bits and quantises
+# their inputs per call: measured 1.5e-3 on the trained tiny ViT's probabilities and
+# up to 4.6% of the scale on random-weight tiny models' features; 0.2 still catches a
+# file that computes something else.
+CHECK_BOUNDS = {"float32": 1e-4, "float16": 5e-2, "int8_dynamic": 0.2}
 
 
 def probe_pixels(image_size, count=4, seed=0, channels=3):

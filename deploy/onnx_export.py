@@ -11,11 +11,16 @@ scaling, with those outputs, called once) and checks the file that Keras writes.
 
 Precisions: 'float32'; 'float16': the model rebuilt under Keras' 'mixed_float16'
 policy (float16 weights and matmuls; LayerNorm, softmax and the head in float32,
-where Keras keeps them), exported as it is; onnxruntime's CPU provider runs it.
+where Keras keeps them), exported as it is; onnxruntime's CPU provider runs it;
+'int8_dynamic': the float32 file through onnxruntime's dynamic quantisation
+(`quantize_int8_dynamic`: int8 weights of the MatMuls, activations quantised per
+call), the serving path benchmarks/serving_cpu.py measures as onnx_int8_dynamic.
 
 Needs the `onnx` extra (tf2onnx, onnxruntime, onnx): pip install -e '.[onnx]'.
 """
 
+import os
+import tempfile
 import warnings
 
 import keras
@@ -28,9 +33,10 @@ from keras_vit_deploy.onnx_check import check_file
 from keras_vit_deploy.onnx_file import INPUT_NAME, output_names
 from keras_vit_deploy.onnx_packages import ExportError, require_packages
 
-PRECISIONS = ("float32", "float16")
-# The Keras dtype policy each precision is exported under.
-POLICIES = {"float32": "float32", "float16": "mixed_float16"}
+PRECISIONS = ("float32", "float16", "int8_dynamic")
+# The Keras dtype policy each precision is exported under (int8_dynamic: the
+# float32 file, quantised after).
+POLICIES = {"float32": "float32", "float16": "mixed_float16", "int8_dynamic": "float32"}
 
 
 def _outputs(model, precision="float32"):
@@ -117,6 +123,17 @@ def export_keras_model(model, path, precision="float32", dynamic_batch=False, op
         tf.float32,
         INPUT_NAME,
     )
+    if precision == "int8_dynamic":
+        with tempfile.TemporaryDirectory(prefix="keras_vit_onnx_") as folder:
+            float32 = os.path.join(folder, "float32.onnx")
+            _export(prepared, float32, spec, opset, modules, model.name, precision)
+            quantize_int8_dynamic(float32, path)
+    else:
+        _export(prepared, path, spec, opset, modules, model.name, precision)
+    return check_file(path, prepared, precision, dynamic_batch)
+
+
+def _export(prepared, path, spec, opset, modules, name, precision):
     with warnings.catch_warnings():  # Keras' numpy-2 patch of tf2onnx touches np.object
         warnings.simplefilter("ignore", FutureWarning)
         try:
@@ -126,9 +143,24 @@ def export_keras_model(model, path, precision="float32", dynamic_batch=False, op
         except Exception as e:  # tf2onnx raises many kinds; the message is what matters
             raise ExportError(
                 f"Keras' ONNX exporter (tf2onnx {modules['tf2onnx'].__version__}) could not "
-                f"convert model '{model.name}' at {precision}: {type(e).__name__}: {e}"
+                f"convert model '{name}' at {precision}: {type(e).__name__}: {e}"
             ) from e
-    return check_file(path, prepared, precision, dynamic_batch)
+
+
+def quantize_int8_dynamic(float32_path, path):
+    """Writes `path`, the float32 ONNX file `float32_path` with onnxruntime's dynamic
+    quantisation (`onnxruntime.quantization.quantize_dynamic`, int8 weights: QInt8):
+    weights stored as int8, activations quantised per call from their range. Needs
+    no calibration images. ExportError naming the file when onnxruntime fails."""
+    require_packages()
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    try:
+        quantize_dynamic(float32_path, path, weight_type=QuantType.QInt8)
+    except Exception as e:  # onnxruntime raises many kinds; the message is what matters
+        raise ExportError(
+            f"onnxruntime could not quantise {float32_path} to int8: {type(e).__name__}: {e}"
+        ) from e
 
 
 _ERFC_REGISTERED = []

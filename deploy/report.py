@@ -144,6 +144,28 @@ def build_report(
     return report
 
 
+def summary_line(path, report):
+    """The last line an export tool prints after its report (written to `path`):
+    agreement with the reference on which images, and the accuracies where the
+    report scores them (else why not: the report's `comparison`)."""
+    unit = UNITS.get(report.get("output"), "value")
+    parts = [f"Report {path}: {report['num_images']} images of {report['eval_data']}"]
+    if "top1_agreement" in report:
+        parts.append(f"top-1 agreement {100 * report['top1_agreement']:.1f}%")
+    parts.append(f"max |delta {unit}| {report[f'max_abs_delta_{unit}']:.2g}")
+    accuracy = next(
+        (k for k in report if k.endswith("_accuracy") and k != "reference_accuracy"), None
+    )
+    if accuracy:
+        parts.append(
+            f"accuracy {100 * report[accuracy]:.1f}% (reference "
+            f"{100 * report['reference_accuracy']:.1f}%)"
+        )
+    else:
+        parts.append(report.get("comparison", "no accuracy"))
+    return ", ".join(parts) + "."
+
+
 def write_report(path, report):
     """Writes `report` as indented JSON to `path` (its folder created) and prints it."""
     text = json.dumps(report, indent=1)

@@ -16,6 +16,9 @@ trainers/finetune.py): the one place that knows its layout.
     RUN/model_config.json    the model's get_config(): `read_model` rebuilds it
     RUN/class_names.json     {"class_names": [...]}: the data's class names, where it
                              names them (the exports label their outputs with them)
+    RUN/data.json            {"data_dir", "dataset", "tfds_data_dir"}: where the run's
+                             data is (the export reports compare on its validation
+                             or test split: deploy/datasets.py)
 
 Everyone who reads or writes a run goes through this module: the trainers,
 `deploy/` and the tools, and `keras_vit.load_weights(model, RUN)` (through
@@ -43,6 +46,7 @@ METRICS = "metrics.json"
 WEIGHTS = "model.weights.h5"
 MODEL_CONFIG = "model_config.json"
 CLASS_NAMES = "class_names.json"
+DATA = "data.json"
 # The model a run exports, by its name in Keras' registry of serialisable classes
 # (`keras_vit.VisionTransformer`'s `register_keras_serializable`).
 MODEL_CLASS = "keras_vit>VisionTransformer"
@@ -136,6 +140,10 @@ class RunDirectory:
         return self.file(MODEL_CONFIG)
 
     @property
+    def data(self):
+        return self.file(DATA)
+
+    @property
     def class_names(self):
         return self.file(CLASS_NAMES)
 
@@ -155,6 +163,18 @@ class RunDirectory:
     def write_json(self, path, obj):
         with open_file(path, "w") as f:
             json.dump(obj, f, indent=1, default=str)
+
+    def write_data(self, data_dir, dataset=None, tfds_data_dir=None):
+        """Writes RUN/data.json: where the run's data is (--data_dir,
+        config.input.dataset and .tfds_data_dir), local paths made absolute so that a
+        tool run from another folder finds them."""
+
+        def where(path):
+            return path if not path or _remote(path) else os.path.abspath(path)
+
+        record = {"data_dir": where(data_dir), "dataset": dataset or None}
+        record["tfds_data_dir"] = where(tfds_data_dir)
+        self.write_json(self.data, record)
 
     def append_jsonl(self, path, record):
         with open_file(path, "a") as f:

@@ -233,9 +233,16 @@ def keras_outputs(model, pixels):
     )
 
 
-def write_run_dir(model, run_dir):
-    """What a training run exports (keras_vit.run_directory)."""
-    run_directory.RunDirectory(run_dir).write_model(model)
+def write_run_dir(model, run_dir, class_names=None, data_dir=None):
+    """What a training run exports (keras_vit.run_directory): the model, and the
+    data's class names and folder where given (the trainers write both; the export
+    reports score a model only on data of its classes)."""
+    run = run_directory.RunDirectory(run_dir)
+    run.write_model(model)
+    if class_names is not None:
+        run.write_json(run.class_names, {"class_names": list(class_names)})
+    if data_dir is not None:
+        run.write_data(data_dir)
     return run_dir
 
 

@@ -205,7 +205,7 @@ def test_a_missing_dependency_names_the_extra(monkeypatch, tmp_path):
 
 @needs_onnx
 def test_cli_run_dir_with_report(vit, tmp_path):
-    run_dir = et.write_run_dir(vit, str(tmp_path / "run"))
+    run_dir = et.write_run_dir(vit, str(tmp_path / "run"), et.CLASS_NAMES)
     output, report_path = tmp_path / "vit.onnx", tmp_path / "report.json"
     result = et.run_tool(
         [

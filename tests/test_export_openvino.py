@@ -182,7 +182,7 @@ def test_bad_precisions_and_a_missing_dependency_are_refused(vit, monkeypatch, t
 
 @needs_openvino
 def test_cli_run_dir_with_report(vit, tmp_path):
-    run_dir = et.write_run_dir(vit, str(tmp_path / "run"))
+    run_dir = et.write_run_dir(vit, str(tmp_path / "run"), et.CLASS_NAMES)
     output, report_path = tmp_path / "vit.xml", tmp_path / "report.json"
     result = et.run_tool(
         [

@@ -163,7 +163,7 @@ def test_a_flex_op_is_detected_and_refused(tmp_path):
 
 
 def test_cli_run_dir_int8_with_report(model, calibration_records, tmp_path):
-    run_dir = et.write_run_dir(model, str(tmp_path / "run"))
+    run_dir = et.write_run_dir(model, str(tmp_path / "run"), et.CLASS_NAMES)
     output, report_path = tmp_path / "vit.tflite", tmp_path / "report.json"
     result = et.run_tool(
         [
@@ -211,13 +211,10 @@ def test_representative_data_that_cannot_match_the_model(saved_model, tmp_path):
     size = (et.IMAGE_SIZE, et.IMAGE_SIZE)
     with pytest.raises(datasets.DataError, match="no TFRecord files match"):
         datasets.tfrecord_images(str(tmp_path / "nothing-*"), size)
-    rgba = et.write_tfrecord(
-        str(tmp_path / "rgba.tfrecord"), np.zeros((3, 28, 28, 4), np.uint8), [0, 1, 2]
-    )
-    with pytest.raises(
-        datasets.DataError, match=r"rgba.tfrecord record 0: image of shape \(28, 28, 4\)"
-    ):
-        datasets.tfrecord_images(rgba, size)
+    # RGBA is read as the serving signatures read it: the alpha dropped, not composited.
+    rgba_pixels = et.random_pixels(3, size, 4)
+    rgba = et.write_tfrecord(str(tmp_path / "rgba.tfrecord"), rgba_pixels, [0, 1, 2])
+    np.testing.assert_array_equal(datasets.tfrecord_images(rgba, size)[0], rgba_pixels[..., :3])
     garbage = str(tmp_path / "garbage.tfrecord")
     with tf.io.TFRecordWriter(garbage) as writer:
         writer.write(et.example(b"\x89PNG\r\n\x1a\n broken", [0]))

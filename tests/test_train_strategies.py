@@ -1,8 +1,13 @@
-"""default, mirrored (2 CPU replicas) and multi_worker (2 local processes) training
-agree with single-device training on the same global batches."""
+"""default, mirrored (2 CPU replicas) and multi_worker (2 local processes, started by
+docs/training.md's commands as written) training agree with single-device training on
+the same global batches."""
 
 import json
+import os
+import signal
+import subprocess
 
+import doc_blocks
 import keras
 import numpy as np
 import pytest
@@ -13,6 +18,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 STEPS = ["--config.total_steps=3", "--config.checkpoint_every=1"]
+TRAINING_PAGE = os.path.join(doc_blocks.ROOT, "docs", "training.md")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +47,7 @@ def _assert_same_training(run_dir, reference):
         np.testing.assert_allclose(w[k], w_ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
-def test_default_trains_and_writes_run_dir(reference):
+def test_default_trains_and_writes_run_dir(data, reference):
     with open(f"{reference}/metrics.json") as f:
         metrics = json.load(f)
     assert metrics["step"] == 3 and metrics["num_replicas"] == 1
@@ -49,9 +55,10 @@ def test_default_trains_and_writes_run_dir(reference):
     assert metrics["train_images_per_second"] > 0
     with open(f"{reference}/model_config.json") as f:
         assert json.load(f)["hidden_size"] == 16
-    import os
-
     assert os.listdir(f"{reference}/tensorboard/train")
+    # Where the data is, for the export reports (deploy/datasets.py): an absolute path.
+    with open(f"{reference}/data.json") as f:
+        assert json.load(f) == {"data_dir": data, "dataset": None, "tfds_data_dir": None}
 
 
 def test_mirrored_two_cpu_replicas_matches_default(data, reference, tmp_path):
@@ -66,22 +73,46 @@ def test_mirrored_two_cpu_replicas_matches_default(data, reference, tmp_path):
     _assert_same_training(str(tmp_path), reference)
 
 
+def _two_workers_block():
+    """docs/training.md's block that starts two workers (the one with TF_CONFIG)."""
+    (code,) = [c for info, c in doc_blocks.blocks(TRAINING_PAGE) if "TF_CONFIG=" in c]
+    return code
+
+
 def test_multi_worker_two_processes_matches_default(data, reference, tmp_path):
-    procs = testing.start_workers(
-        testing.trainer_cmd(
-            "pretrain",
-            data,
-            str(tmp_path),
-            "--strategy=multi_worker",
-            # by example: every global batch holds the examples one device sees
-            # (auto would give each worker its own 2 of the 4 shards)
-            "--config.input.shard_by=examples",
-            *STEPS,
-        )
+    """docs/training.md's two-worker commands, run as written on 127.0.0.1 (free ports,
+    the tiny model, the reference's steps)."""
+    port0, port1 = testing.free_ports(2)
+    flags = [
+        *testing.TINY,
+        # by example: every global batch holds the examples one device sees
+        # (auto would give each worker its own 2 of the 4 shards)
+        "--config.input.shard_by=examples",
+        *STEPS,
+    ]
+    bash = subprocess.Popen(
+        ["bash", "-euo", "pipefail", "-c", _two_workers_block()],
+        cwd=testing.ROOT,
+        env=testing.env(
+            DATA=data,
+            RUN=str(tmp_path),
+            PORT0=str(port0),
+            PORT1=str(port1),
+            TRAIN_FLAGS=" ".join(flags),
+            PATH=os.path.dirname(testing.PY) + os.pathsep + os.environ["PATH"],
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the workers too are ended on a timeout
     )
-    outs = testing.communicate_all(procs)
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
+    try:
+        _, err = bash.communicate(timeout=240)
+    finally:
+        if bash.poll() is None:
+            os.killpg(bash.pid, signal.SIGKILL)
+            bash.communicate()
+    assert bash.returncode == 0, err[-3000:]
     with open(tmp_path / "metrics.json") as f:
         assert json.load(f)["strategy"] in (
             "MultiWorkerMirroredStrategy",

@@ -65,12 +65,12 @@ def data_with_bad_records(directory, n=24, bad=(5, 14), odd_size=()):
     return str(directory)
 
 
-def make_tiny_data(output_dir, n_train=128, n_test=64, per_shard=32, num_classes=4):
+def make_tiny_data(output_dir, n_train=128, n_test=64, per_shard=32, num_classes=4, size=28):
     from keras_vit_data import writer
 
     splits = {}
     for name, n, seed in (("train", n_train, 0), ("test", n_test, 1)):
-        images, labels = synthetic_split(n, seed, num_classes)
+        images, labels = synthetic_split(n, seed, num_classes, size)
         splits[name] = (n, zip(images, labels))
     return writer.make_tfrecords(
         (splits, [f"class_{i}" for i in range(num_classes)], False),

@@ -5,7 +5,7 @@ closely OpenVINO's CPU plugin follows what it was converted from.
       | --model=ViT_B16 --weights=W [--num_classes=K] [--image_size=S]) [--channels=C] \
       [--noinclude_top [--pooling=none|token|avg|max]] [--classifier_activation=softmax] \
       [--precision=float32|bfloat16|int8_weights|int8] [--representative_data=TFRECORD_GLOB] \
-      --output=FILE.xml [--report=FILE.json] [--eval_data=TFRECORD_GLOB]
+      --output=FILE.xml [--report=FILE.json] [--eval_data=DATA_DIR|TFRECORD_GLOB]
 
 The file takes `images` (batch, H, W, C) float32 pixels in [0, 255] (a dynamic
 batch; an ONNX file's batch is kept) and returns what the ONNX file returns
@@ -15,10 +15,12 @@ each precision computes (bfloat16 needs AVX-512-BF16 or AMX; int8 is calibrated 
 --representative_data). --report writes JSON: file size, the precision the CPU
 computes in, agreement (top-1 and max |delta| for classifiers, max |delta| for
 features) against the source (the Keras model; the SavedModel's <prefix>_images
-signature; onnxruntime on the ONNX file) on --num_eval_images real images (the
-Fashion-MNIST test set unless --eval_data, brought to the model's channels),
-latency per image at 1 and 2 threads, and the serving path measured fastest on
-this CPU kind (deploy/recommend.py). Needs the `openvino` extra:
+signature; onnxruntime on the ONNX file) on --num_eval_images real images of the
+model's own data (--eval_data, else the run's: deploy/datasets.py `comparison_set`;
+accuracies only where the images are labelled with the model's classes, else
+agreement alone, said so), brought to the model's channels, latency per image at 1
+and 2 threads, and the serving path recommended for a model of this size on this CPU
+kind (deploy/recommend.py); its last line sums it up. Needs the `openvino` extra:
 pip install -e '.[openvino]'.
 """
 
@@ -53,7 +55,7 @@ flags.DEFINE_integer("latency_repeats", 200, "Timed runs per thread count.")
 
 def _source():
     """(source kind, Keras model or None, reference function, image size, channels,
-    output name)."""
+    output name, size for deploy/recommend.py)."""
     given = [name for name in ("saved_model", "onnx", "run_dir", "model") if FLAGS[name].value]
     if len(given) > 1:
         raise ValueError(
@@ -67,12 +69,23 @@ def _source():
         loaded = tf.saved_model.load(FLAGS.saved_model)
         served = serving.loaded_signatures(loaded)
         reference = report_lib.saved_model_reference(loaded)
-        return "saved_model", None, reference, served.image_size, served.channels, served.output
+        size = recommend.saved_model_size(loaded, served.image_size)
+        return (
+            "saved_model",
+            None,
+            reference,
+            served.image_size,
+            served.channels,
+            served.output,
+            size,
+        )
     if FLAGS.onnx:
         from keras_vit_deploy import onnx_runtime
 
         if not os.path.isfile(FLAGS.onnx):
             raise ValueError(f"--onnx={FLAGS.onnx}: no such file.")
+        from keras_vit_deploy import onnx_file
+
         source = onnx_runtime.ONNXClassifier(FLAGS.onnx)
         return (
             "onnx",
@@ -81,6 +94,7 @@ def _source():
             source.image_size,
             source.channels,
             source.output_name,
+            recommend.onnx_size(onnx_file.constant_bytes(FLAGS.onnx), source.image_size),
         )
     model = deploy_flags.model_from_flags()
     spec = serving.model_outputs(model, "the OpenVINO file")
@@ -91,6 +105,7 @@ def _source():
         spec.image_size,
         spec.channels,
         ("probabilities" if spec.softmax else spec.name),
+        recommend.model_size(model),
     )
 
 
@@ -101,13 +116,13 @@ def main(argv):
         calibrated = FLAGS.precision in openvino_export.CALIBRATED
         if calibrated:
             deploy_flags.check_calibration_flags(f"--precision={FLAGS.precision}")
-        kind, model, reference, size, channels, output = _source()
+        kind, model, reference, size, channels, output, model_size = _source()
         calibration = None
         if calibrated:
             calibration = deploy_flags.calibration_images(
                 f"--precision={FLAGS.precision}", size, channels
             )
-        evaluation = deploy_flags.comparison_images(size, channels)
+        evaluation = deploy_flags.comparison_images(size, channels, reference, output)
     except (ValueError, OSError) as e:  # bad flags or data, unknown variant, missing files
         raise console.UserError.of(e) from e
     except openvino_packages.ExportError as e:
@@ -135,10 +150,9 @@ def main(argv):
         f"{FLAGS.precision}, computed in {classifier.inference_precision()} on this CPU, "
         f"batch {batch}, outputs {', '.join(exported['outputs'])})"
     )
-    recommended = recommend.recommendation(machine_info()["cpu_kind"])
+    recommended = recommend.recommendation(machine_info()["cpu_kind"], model_size)
     print(recommend.sentence(recommended))
     if FLAGS.report:
-        pixels, labels = evaluation
         source = {
             "saved_model": FLAGS.saved_model,
             "onnx": FLAGS.onnx,
@@ -150,7 +164,8 @@ def main(argv):
             "openvino_file": FLAGS.output,
             "reference": {"saved_model": "saved_model", "onnx": "onnxruntime"}.get(kind, "keras"),
             "source": {k: v for k, v in source.items() if v},
-            "eval_data": FLAGS.eval_data or "fashion_mnist_test",
+            "eval_data": evaluation.source,
+            "comparison": evaluation.note,
             "representative_data": FLAGS.representative_data,
             "export_check": exported["check"],
             "recommended_runtime": recommended,
@@ -164,13 +179,14 @@ def main(argv):
             classifier,
             facts,
             reference,
-            pixels,
-            labels,
+            evaluation.pixels,
+            evaluation.labels,
             latency_repeats=FLAGS.latency_repeats,
             extra=extra,
             output=output,
         )
         report_lib.write_report(FLAGS.report, result)
+        print(report_lib.summary_line(FLAGS.report, result))
 
 
 if __name__ == "__main__":

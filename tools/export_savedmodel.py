@@ -94,7 +94,8 @@ def main(argv):
         f"{outputs.channels} channels, {returns}; signatures: {', '.join(signatures)}; "
         f"encoded images up to {FLAGS.max_pixels} pixels"
     )
-    print(recommend.sentence(recommend.recommendation(machine_info()["cpu_kind"])))
+    size = recommend.model_size(model)
+    print(recommend.sentence(recommend.recommendation(machine_info()["cpu_kind"], size)))
 
 
 if __name__ == "__main__":

@@ -119,15 +119,20 @@ def _config():
 
 
 def _start_only(model_dir):
-    """Whether `model_dir` holds only what a start writes (the run's config and class
-    names, the checkpoints' plan; empty folders): a failed start removes it again (one
-    a run had made before is never touched)."""
+    """Whether `model_dir` holds only what a start writes (the run's config, class
+    names and data record, the checkpoints' plan; empty folders): a failed start
+    removes it again (one a run had made before is never touched)."""
     import tensorflow as tf
 
     from keras_vit import run_directory
     from keras_vit_trainers import checkpointing
 
-    start_files = (run_directory.CONFIG, run_directory.CLASS_NAMES, checkpointing.PLAN_FILE)
+    start_files = (
+        run_directory.CONFIG,
+        run_directory.CLASS_NAMES,
+        run_directory.DATA,
+        checkpointing.PLAN_FILE,
+    )
     for _, _, files in tf.io.gfile.walk(model_dir):
         if any(name not in start_files for name in files):
             return False

@@ -487,6 +487,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
         run.write_json(run.config, json.loads(config.to_json_best_effort()))
         if reader.class_names:  # the exports' class names (tools/export_savedmodel.py)
             run.write_json(run.class_names, {"class_names": list(reader.class_names)})
+        run.write_data(data_dir, config.input.get("dataset"), config.input.get("tfds_data_dir"))
 
     def make_data(start_step):
         return train_data(strategy, reader, spec, sizes, model_dir, start_step)
