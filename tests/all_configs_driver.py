@@ -257,11 +257,12 @@ def unclassified_keys(config):
     )
 
 
-def path_key(mode, config):
+def path_key(mode, config, model=True):
     """The code path a run of `config` (resolved, for `mode`) takes through the trainers
     and the model, as a sorted tuple of (name, value): two configs with one key take the
     same path and differ only in hyper-parameter values. A function of the resolved
-    config, so a config with a new choice is a new path without anyone listing it."""
+    config, so a config with a new choice is a new path without anyone listing it.
+    `model=False`: the trainers' path alone (the model's choices left out)."""
     from keras_vit_trainers.augment import settings as augment_settings
 
     flat = _flat(config)
@@ -290,6 +291,8 @@ def path_key(mode, config):
     resnet = model["resnet"]
     key["model.resnet"] = None if resnet is None else ("stages" if resnet["num_layers"] else "stem")
     key["evals"] = tuple(sorted({e["type"] for e in config.evals.to_dict().values()}))
+    if not model:
+        key = {k: v for k, v in key.items() if not k.startswith("model.")}
     return tuple(sorted((k, v if not isinstance(v, list) else tuple(v)) for k, v in key.items()))
 
 
@@ -362,6 +365,12 @@ def main(argv=None):
     parser.add_argument("--cpu_replicas", type=int, default=1)
     parser.add_argument("--data_dir", required=True)
     parser.add_argument("--model_dir", required=True)
+    parser.add_argument(
+        "--trainer_paths",
+        action="store_true",
+        help="one config trained per path of the trainers (path_key(model=False)); the "
+        "model's own choices are trained under the other strategy",
+    )
     args = parser.parse_args(argv)
     from keras_vit_trainers import strategy as strategy_lib
 
@@ -370,7 +379,7 @@ def main(argv=None):
     for spec in specs():
         try:
             mode, resolved = resolve(spec)
-            key = path_key(mode, resolved)
+            key = path_key(mode, resolved, model=not args.trainer_paths)
             if key in trained:
                 jit = validate(spec, mode, resolved, strategy, args.data_dir, args.model_dir)
                 print(f"same {spec} {trained[key]} {mode} jit_compile={jit}")

@@ -1,7 +1,10 @@
-"""Every code path of the configs in configs/ trains a step under the default strategy and
-under mirrored over 2 CPU replicas, with `jit_compile="auto"` resolved for each: tiny model,
-8x8 images, batch 4, no evaluations (tests/all_configs_driver.py; one process per strategy,
-both started at once). A config whose path (`all_configs_driver.path_key`) another config
+"""Every code path of the configs in configs/ trains a step under the default strategy (XLA
+on one CPU replica: every path of the trainers and the model) and every path of the
+trainers under mirrored over 2 CPU replicas (no XLA there; a model's own choices, its
+blocks, pooling and ResNet stem, are built and compiled under mirrored but trained under
+the default strategy), with `jit_compile="auto"` resolved for each: tiny model, 8x8 images,
+batch 4, no evaluations (tests/all_configs_driver.py; one process per strategy, both
+started at once). A config whose path (`all_configs_driver.path_key`) another config
 trained is resolved, checked, planned and its tiny model built, not trained again.
 And the stochastic-depth flag the README gives works on every config.
 """
@@ -23,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 DRIVER = os.path.join(testing.ROOT, "tests", "all_configs_driver.py")
-STRATEGIES = {"default": [], "mirrored": ["--cpu_replicas=2"]}
+STRATEGIES = {"default": [], "mirrored": ["--cpu_replicas=2", "--trainer_paths"]}
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +73,10 @@ def _results(process):
     return results, same
 
 
-def _paths():
-    """{spec: its path_key} of every config."""
+def _paths(model=True):
+    """{spec: its path_key (`model`: with the model's choices)} of every config."""
     return {
-        spec: all_configs_driver.path_key(*all_configs_driver.resolve(spec))
+        spec: all_configs_driver.path_key(*all_configs_driver.resolve(spec), model=model)
         for spec in all_configs_driver.specs()
     }
 
@@ -103,7 +106,7 @@ def test_every_config_trains_a_step(runs, strategy):
     assert sorted(results) == specs
     # One config trained per code path; each other config shares the path of the one it
     # names, and that one trained.
-    paths = _paths()
+    paths = _paths(model="--trainer_paths" not in STRATEGIES[strategy])
     trained = [spec for spec in specs if spec not in same]
     assert len(trained) == len(set(paths.values())), trained
     assert len({paths[spec] for spec in trained}) == len(trained)

@@ -29,7 +29,9 @@ def _tiny_run(tmp_path):
     )
     objective = objectives.get("classification")
     plan = train_lib.Plan(BATCH, 1, 1, 1000, 1000, 0, str(tmp_path / "checkpoints"))
-    model = train_lib.build(config, tf.distribute.get_strategy(), objective, 4, plan, None, False)
+    strategy = tf.distribute.get_strategy()
+    optimizer = train_lib.make_optimizer(config, strategy, plan.total_steps)
+    model = train_lib.build(config, strategy, objective, 4, plan, None, False, optimizer)
     spec = InputSpec.from_config(config, 4, False, objective)  # one-hot labels (batch_fn)
     return data, config, objective, model, spec
 

@@ -105,6 +105,18 @@ def determined(opened):
     return dataclasses.replace(opened, metadata=metadata)
 
 
+def transformers_sizes(config, patch, num_heads):
+    """The sizes (`SIZE_KEYS`) of a transformers config.json (`config`), its patch
+    (height, width) and heads as the caller read them."""
+    return {
+        "patch_size": patch[0] if patch[0] == patch[1] else list(patch),
+        "hidden_size": int(config["hidden_size"]),
+        "mlp_dim": int(config["intermediate_size"]),
+        "num_heads": num_heads,
+        "num_layers": int(config["num_hidden_layers"]),
+    }
+
+
 def check_fits(origin, sizes, model, inferred=None):
     """Raises CheckpointError naming every size (`SIZE_KEYS`) of the file (`sizes`:
     key -> value, None where the file does not say) that the built `model` does not

@@ -45,7 +45,6 @@ from keras_vit.checkpoint.refused import refuse
 from keras_vit.layers.patch_embedding import to_pair
 from keras_vit.layers.position_embedding import TIMM
 from keras_vit.layers.rotary import rope_spec
-from keras_vit.preprocessing import mean_std
 
 # The families of eva.py keras_vit computes, each as (name pattern, what the
 # architecture sets that its keys do not show). 'rope': the rotary form (None: none);
@@ -628,20 +627,7 @@ def eva_config(model):
         raise CheckpointError(
             f"{name}: mlp_dim={mlp_dim} is not int(hidden_size * mlp_ratio) for any mlp_ratio."
         )
-    mean, std = mean_std(model.preprocessing, int(model.channels))
-    return {
-        "architecture": _WRITTEN_ARCHITECTURES[epsilon],
-        "num_classes": num_classes,
-        "num_features": hidden,
-        "global_pool": model_args["global_pool"],
-        "model_args": model_args,
-        "pretrained_cfg": {
-            "input_size": [int(model.channels), height, width],
-            "fixed_input_size": True,
-            "mean": mean,
-            "std": std,
-            "num_classes": num_classes,
-            "first_conv": "patch_embed.proj",
-            "classifier": "head",
-        },
-    }
+    architecture = _WRITTEN_ARCHITECTURES[epsilon]
+    return timm_format.written_config(
+        model, architecture, model_args, num_classes, hidden, (height, width)
+    )

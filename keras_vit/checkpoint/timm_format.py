@@ -516,6 +516,13 @@ def timm_config(model):
     if clip:  # the architecture whose norm_layer has CLIP's epsilon
         quick = getattr(model, "quick_gelu", False)
         architecture = CLIP_QUICKGELU_ARCHITECTURE if quick else CLIP_ARCHITECTURE
+    return written_config(model, architecture, model_args, num_classes, hidden, (height, width))
+
+
+def written_config(model, architecture, model_args, num_classes, hidden, image_size):
+    """The config.json timm reads beside a written state dict: `architecture` built with
+    `model_args`, and the pretrained_cfg of `model` (its input size (height, width),
+    channels and normalisation)."""
     mean, std = mean_std(getattr(model, "preprocessing", None), int(model.channels))
     return {
         "architecture": architecture,
@@ -524,7 +531,7 @@ def timm_config(model):
         "global_pool": model_args["global_pool"],
         "model_args": model_args,
         "pretrained_cfg": {
-            "input_size": [int(model.channels), height, width],
+            "input_size": [int(model.channels), *image_size],
             "fixed_input_size": True,
             "mean": mean,
             "std": std,

@@ -106,13 +106,7 @@ def open_state(origin, state, config, preprocessing=None):
         "preprocessing": preprocessing,
         "posemb_resize": TIMM,
     }
-    sizes = {
-        "patch_size": patch[0] if patch[0] == patch[1] else list(patch),
-        "hidden_size": int(config["hidden_size"]),
-        "mlp_dim": int(config["intermediate_size"]),
-        "num_heads": num_heads,
-        "num_layers": int(config["num_hidden_layers"]),
-    }
+    sizes = sizes_lib.transformers_sizes(config, patch, num_heads)
 
     def read(model):
         sizes_lib.check_fits(origin, sizes, model)
