@@ -80,6 +80,16 @@ def test_without_weights_the_family_options_are_used(from_weights_calls):
     assert weights is None and kwargs["classifier"] == "map"
 
 
+def _mlp_width(mlp):
+    """The hidden width of a timm MLP: Mlp's fc1; a split SwiGLU's gate (fc1_g); a fused
+    GluMlp's fc1 holds the gate and the value, half each."""
+    if hasattr(mlp, "fc1_g"):
+        return mlp.fc1_g.out_features
+    if type(mlp).__name__ == "GluMlp":
+        return mlp.fc1.out_features // 2
+    return mlp.fc1.out_features
+
+
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="the torch stage runs it, with timm")
 def test_every_name_is_timms_checkpoint_of_the_builders_architecture():
     """timm's registry downloads each name's repository for that tag, and builds (on
@@ -94,10 +104,11 @@ def test_every_name_is_timms_checkpoint_of_the_builders_architecture():
         model, tag = repo.split("/", 1)[1].split(".", 1)
         cfg = timm.models.get_pretrained_cfg(f"{model}.{tag}")
         assert cfg is not None and cfg.hf_hub_id == repo, (variant, name, repo)
-        pixels = re.search(r"-(\d+)$", name)  # '-384'; 224 unnamed (DINOv2's 518 too)
+        # '-384'; 224 unnamed (DINOv2's 518 and DINOv3's 256 too: their native sizes)
+        pixels = re.search(r"-(\d+)$", name)
         expected = int(pixels.group(1)) if pixels else cfg.input_size[1]
         assert cfg.input_size[1:] == (expected, expected), name
-        assert pixels or expected == 224 or variant.startswith("DINOv2"), name
+        assert pixels or expected == 224 or variant.startswith(("DINOv2", "DINOv3")), name
         with torch.device("meta"):
             net = timm.create_model(model, pretrained=False)
         sizes, options = builders.FAMILY_VARIANTS[variant]
@@ -106,7 +117,7 @@ def test_every_name_is_timms_checkpoint_of_the_builders_architecture():
             net.embed_dim,
             len(net.blocks),
             block.attn.num_heads,
-            block.mlp.fc1.out_features,
+            _mlp_width(block.mlp),
             net.patch_embed.patch_size,
         ) == (
             sizes["hidden_size"],
@@ -115,9 +126,16 @@ def test_every_name_is_timms_checkpoint_of_the_builders_architecture():
             sizes["mlp_dim"],
             (sizes["patch_size"],) * 2,
         ), (variant, name)
-        assert net.num_reg_tokens == options.get("num_registers", 0), (variant, name)
+        registers = getattr(net, "reg_token", None)  # Eva keeps no count of its own
+        num_registers = getattr(
+            net, "num_reg_tokens", 0 if registers is None else registers.shape[1]
+        )
+        assert num_registers == options.get("num_registers", 0), (variant, name)
         assert (net.global_pool == "map") == (options.get("classifier") == "map")
-        has_layer_scale = not isinstance(block.ls1, torch.nn.Identity)
+        if hasattr(block, "ls1"):  # timm's VisionTransformer block
+            has_layer_scale = not isinstance(block.ls1, torch.nn.Identity)
+        else:  # its Eva block (DINOv3): LayerScale as gamma_1, None without
+            has_layer_scale = block.gamma_1 is not None
         assert has_layer_scale == ("layer_scale_init" in options), (variant, name)
         if dict(published.arguments).get("quick_gelu"):  # the repository is the QuickGELU model's
             quick = timm.models.get_pretrained_cfg(
