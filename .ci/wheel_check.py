@@ -24,7 +24,9 @@
    configs, its trainer and export tools started as modules), `keras-vit-pretrain
    --config=fashion_mnist` (a recipe by name) for two steps, `keras-vit-export-savedmodel`
    of that run, and `keras-vit-pretrain --help` (exit 0, its own usage). Everything they
-   write must be under the folder (`check_written`): nothing in site-packages.
+   write must be under the folder (`check_written`): nothing in site-packages. The demo's
+   run must hold its two steps' metrics, the SavedModel and the float16 TFLite report,
+   and its output must name the metrics (`check_demo`).
 
 Prints one line per step; a failure exits non-zero with one line naming the problem.
 """
@@ -338,6 +340,8 @@ PROGRAMS = (
     ),
     ("keras-vit-pretrain --help", ["keras-vit-pretrain", "--help"]),
 )
+# The demo's run folder: its default recipe's name (tools/demo.py DEMO_CONFIG).
+DEMO_RUN = "fashion_mnist_hybrid"
 # What the folder holds after them: the check's images, and what the programs wrote.
 WRITTEN = {"images", "data", "runs"}
 
@@ -394,13 +398,30 @@ def run_programs(python, cwd, home):
     write_images(cwd / "images")
     site = site_packages(python)
     before = listing(site)
-    seconds, output = {}, ""
+    seconds, outputs = {}, {}
     for what, command in PROGRAMS:
         started = time.monotonic()
-        output = run([str(bin_dir / command[0]), *command[1:]], what, cwd=cwd, env=env)
+        outputs[what] = run([str(bin_dir / command[0]), *command[1:]], what, cwd=cwd, env=env)
         seconds[what] = time.monotonic() - started
     check_written(listing(cwd), before, listing(site))
-    return seconds, output
+    check_demo(cwd / "runs" / DEMO_RUN, outputs["keras-vit-demo --steps=2"])
+    return seconds, outputs["keras-vit-pretrain --help"]
+
+
+def check_demo(run_dir, output):
+    """`keras-vit-demo --steps=2` trained its two steps into runs/DEMO_RUN, exported the
+    SavedModel and the float16 TFLite file with its report, and named its metrics."""
+    metrics = run_dir / "metrics.json"
+    if not metrics.is_file() or json.loads(metrics.read_text()).get("step") != 2:
+        raise CheckError(f"the demo left no metrics.json of step 2 in {run_dir}")
+    for written in ("export/saved_model/1/saved_model.pb", "export/model_float16.json"):
+        if not (run_dir / written).is_file():
+            raise CheckError(f"the demo wrote no {written} in {run_dir}")
+    agreement = json.loads((run_dir / "export/model_float16.json").read_text())["top1_agreement"]
+    if not 0 <= agreement <= 1:
+        raise CheckError(f"the demo's TFLite report gives top-1 agreement {agreement}")
+    if f"runs/{DEMO_RUN}/metrics.json" not in output:
+        raise CheckError(f"the demo's output names no runs/{DEMO_RUN}/metrics.json")
 
 
 def check_help(output):

@@ -70,32 +70,6 @@ def _resumed_step(stderr):
     return int(m.group(1))
 
 
-def test_sigterm_saves_the_step_in_flight_and_a_rerun_equals_uninterrupted(data, tmp_path):
-    ref_dir, run_dir = str(tmp_path / "ref"), str(tmp_path / "run")
-    ref = testing.run(testing.trainer_cmd("pretrain", data, ref_dir, "--strategy=default", *STEPS))
-    assert ref.returncode == 0, ref.stderr[-3000:]
-
-    cmd = testing.trainer_cmd("pretrain", data, run_dir, "--strategy=default", *STEPS)
-    with testing.started(cmd, cwd=testing.ROOT, env=testing.env()) as proc:
-        _wait_for_first_checkpoint(run_dir, [proc])
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    assert proc.returncode == faults.EXIT_PREEMPTED, err[-3000:]
-    lines = PREEMPTED.findall(err)
-    assert len(lines) == 1, err[-3000:]  # one line says it
-    step = int(lines[0])
-    assert EVERY < step < TOTAL, err[-3000:]  # between two checkpoints, not a scheduled one
-    assert not os.path.exists(os.path.join(run_dir, "metrics.json"))
-
-    resumed = testing.run(cmd)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _resumed_step(resumed.stderr) == step  # nothing lost but the step in flight
-    # The checkpoint interval's rest first: logs at the configured steps after it.
-    log_steps = [l["step"] for l in testing.train_log(run_dir)]
-    assert log_steps == [s for s in range(EVERY, TOTAL + 1, EVERY)], log_steps
-    _assert_same_weights(run_dir, ref_dir)
-
-
 @pytest.fixture(scope="module")
 def two_worker_reference(data, tmp_path_factory):
     ref_dir = str(tmp_path_factory.mktemp("ref2"))
@@ -283,17 +257,29 @@ def _assert_close_to_one_device(run_dir, ref_dir):
         np.testing.assert_allclose(w[k], w_ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
-def test_a_sigterm_as_an_evaluation_runs_ends_it_and_saves(
+def test_sigterm_saves_the_step_in_flight_then_an_evaluation_cut_short_and_reruns_equal_one_run(
     data, sigterm_at, short_reference, tmp_path
 ):
+    """One run preempted twice, each time by a SIGTERM its own process receives: at step 13,
+    between two checkpoints (every 20), it saves step 13 and says so in one line; rerun, it
+    resumes at 13, and a SIGTERM at step 20, just before the step-20 evaluation, ends that
+    evaluation at its first batch, records nothing of it and saves step 20; rerun, it resumes
+    at 20, evaluates at 20 and 40 and ends with the uninterrupted run's weights, bit for bit.
+    (A SIGTERM from outside, at a moment the test does not choose, is sent to one of two
+    workers below.)"""
     pythonpath, flag = sigterm_at
     run_dir = str(tmp_path)
     cmd = testing.trainer_cmd("pretrain", data, run_dir, "--strategy=default", *SHORT)
-    # SIGTERM at step 20, just before the step-20 evaluation: it ends at its first batch.
-    stopped = testing.run([*cmd, flag], PYTHONPATH=pythonpath, SIGTERM_AT_STEP="20")
-    assert stopped.returncode == faults.EXIT_PREEMPTED, stopped.stderr[-3000:]
-    assert [int(s) for s in PREEMPTED.findall(stopped.stderr)] == [20], stopped.stderr[-3000:]
-    assert "test evaluation ended early (preemption)" in stopped.stderr
+    first = testing.run([*cmd, flag], PYTHONPATH=pythonpath, SIGTERM_AT_STEP="13")
+    assert first.returncode == faults.EXIT_PREEMPTED, first.stderr[-3000:]
+    assert [int(s) for s in PREEMPTED.findall(first.stderr)] == [13], first.stderr[-3000:]
+    assert not os.path.exists(os.path.join(run_dir, "metrics.json"))
+
+    second = testing.run([*cmd, flag], PYTHONPATH=pythonpath, SIGTERM_AT_STEP="20")
+    assert second.returncode == faults.EXIT_PREEMPTED, second.stderr[-3000:]
+    assert _resumed_step(second.stderr) == 13  # nothing lost but the step in flight
+    assert [int(s) for s in PREEMPTED.findall(second.stderr)] == [20], second.stderr[-3000:]
+    assert "test evaluation ended early (preemption)" in second.stderr
     assert not os.path.exists(os.path.join(run_dir, "eval_log.jsonl"))  # nothing recorded
 
     resumed = testing.run(cmd)
@@ -301,6 +287,8 @@ def test_a_sigterm_as_an_evaluation_runs_ends_it_and_saves(
     assert _resumed_step(resumed.stderr) == 20
     with open(os.path.join(run_dir, "eval_log.jsonl")) as f:
         assert [json.loads(line)["step"] for line in f] == [20, 40]
+    # The checkpoint interval's rest first: one log record at each configured step.
+    assert [l["step"] for l in testing.train_log(run_dir)] == [20, 40]
     _assert_same_weights(run_dir, short_reference[0])
 
 
