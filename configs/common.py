@@ -140,6 +140,13 @@ def base_config(model="ViT_B16"):
     # (first, last): a TensorFlow profiler trace of those steps in RUN/tensorboard/train
     # (the chief's; () for none).
     c.profile_steps = ()
+    # A wall-clock limit (seconds since 1970; None: none): training stops at the last
+    # boundary that leaves time_limit_reserve_steps more steps' time (at the pace of the
+    # moment: the evaluations and exports to come) before it, saves that step and ends
+    # as a finished run does; rerun to train the rest (trainers/time_limit.py). One
+    # process only. `make demo` sets both.
+    c.time_limit = config_dict.FieldReference(None, field_type=float)
+    c.time_limit_reserve_steps = 0
     # Your own Keras callbacks: "module:name" strings, each a callback class or factory
     # called with no arguments (docs/training.md, "Watching a run").
     c.callbacks = ()

@@ -164,6 +164,8 @@ VALUE_KEYS = (
     "collective_timeout",  # multi-worker collectives' timeout: a value of the strategy
     "profile_steps",  # a profiler window: tracing only, the same steps
     "callbacks",  # the user's callbacks: none in the recipes
+    "time_limit",  # a wall-clock stop: a run cut short at a boundary, the same steps
+    "time_limit_reserve_steps",
     "train_split",
     "input.area_range",
     "input.shuffle_buffer",

@@ -1,7 +1,7 @@
 """The trainer's host loop (trainers/controller.py) and its actions, in-process against a
 fake step and a fake clock: where the loop stops, when it reads the figures, what each
 action does at its boundaries (checkpoint, log, progress, evaluations, Keras callbacks,
-preemption), a divergence, a resume and a rollback's cut of the run's records. The
+preemption, the time limit), a divergence, a resume and a rollback's cut of the run's records. The
 same objects drive the real trainer (trainers/train_lib.py `fit`); the processes of
 tests/test_train_faults.py check what only a process can show (signals, kill -9, lost
 workers)."""
@@ -22,6 +22,7 @@ from keras_vit_trainers import (
     evaluators,
     faults,
     keras_callbacks,
+    time_limit,
     timeline,
     train_log,
 )
@@ -377,3 +378,82 @@ def test_a_finished_run_trains_nothing_and_ends_its_actions():
     assert loop.train(20) == 20
     assert step.calls == [] and step.reads == []
     assert log.events == [("begin", 20), ("end", 20)]
+
+
+class SlowingStep(FakeStep):
+    """A fake step whose updates take 1 s of the fake clock until `slow_from`, then
+    `factor` s each: a machine that another job slows down in the middle of the run."""
+
+    def __init__(self, clock, slow_from, factor):
+        super().__init__(clock)
+        self.slow_from, self.factor = slow_from, factor
+
+    def __call__(self, n):
+        start = self.step
+        super().__call__(n)
+        slow = max(0, self.step - max(start, self.slow_from))
+        self.clock.now += slow * (self.factor - 1)
+
+
+def _limited_run(tmp_path, deadline, reserve, slow_from, factor, total=100, spe=5):
+    clock = Clock()
+    step = SlowingStep(clock, slow_from, factor)
+    checkpoints = _checkpoint_action(tmp_path, every=50, total=total)
+    limit = time_limit.TimeLimit(deadline, checkpoints.save_now, total, reserve, clock=clock)
+    loop = controller.Controller(
+        step, step.read, total, spe, [checkpoints, limit], lambda: limit.reached, clock
+    )
+    return loop.train(0), limit, clock
+
+
+def test_a_time_limit_stops_a_run_that_slowed_down_in_time_for_its_reserve(tmp_path):
+    # 100 steps of 1 s and a reserve of 20 steps fit a limit at 130 s; the machine is
+    # three times slower from step 40: the run stops where the next boundary and the
+    # reserve at the slow pace (5 + 20 updates of 3 s) still end by the limit.
+    last, limit, clock = _limited_run(tmp_path, 130.0, 20, slow_from=40, factor=3.0)
+    assert limit.reached and last < 100 and last % 5 == 0
+    assert clock.now + 20 * 3.0 <= 130.0 < clock.now + 5 * 3.0 + 20 * 3.0
+    assert checkpointing.saved_steps(str(tmp_path))[0] == last  # the step kept
+    # The machine that keeps its pace trains every step: the limit never bites.
+    last, limit, clock = _limited_run(tmp_path / "steady", 130.0, 20, slow_from=100, factor=3.0)
+    assert (last, limit.reached, clock.now) == (100, False, 100.0)
+
+
+def test_a_time_limit_is_one_line_and_a_resumed_run_trains_the_rest(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="trainers"):
+        last, _, _ = _limited_run(tmp_path, 60.0, 0, slow_from=0, factor=1.0)
+    assert last == 60  # at 60 s the next boundary (65 s) would be past the limit
+    (line,) = [r.getMessage() for r in caplog.records if "time limit" in r.getMessage()]
+    assert line.startswith("time limit: training stopped at step 60 of 100") and "rerun" in line
+    checkpoints = _checkpoint_action(tmp_path, every=50, total=100)
+    assert checkpoints.restore(60) == 60
+
+
+def test_the_trainer_stops_at_its_time_limit_and_a_rerun_trains_the_rest(tmp_path):
+    """train_lib.run with a limit already at hand: the first boundary's step saved, a
+    finished run's metrics there, and the same command later trains to the end."""
+    import time
+
+    import trainer_testing as testing
+
+    from keras_vit_configs import fashion_mnist
+    from keras_vit_trainers import train_config, train_lib
+
+    data, run = str(tmp_path / "data"), str(tmp_path / "run")
+    testing.make_tiny_data(data, n_train=64, n_test=32, per_shard=32)
+
+    def train(**keys):
+        recipe = testing.tiny_config(
+            fashion_mnist.get_config(), total_steps=6, checkpoint_every=3, log_every=1, **keys
+        )
+        config = train_config.resolve(recipe, "pretrain")
+        return train_lib.run(
+            config, data_dir=data, model_dir=run, strategy=tf.distribute.get_strategy()
+        )
+
+    stopped = train(time_limit=time.time(), time_limit_reserve_steps=1)
+    assert (stopped["step"], stopped["total_steps"]) == (1, 6)
+    assert 0.0 <= stopped["test_accuracy"] <= 1.0  # the final evaluations ran
+    assert checkpointing.saved_steps(os.path.join(run, "checkpoints"))[0] == 1
+    finished = train()
+    assert (finished["step"], finished["resumed_from_step"]) == (6, 1)

@@ -91,8 +91,8 @@ def test_a_machine_claiming_zen4_that_trains_at_664_images_s_ends_within_the_bud
     started = demo.time.time() - 125.0  # make setup and the records
     flags = demo.budget_run([], None, run_dir, started, measure=slow.measure)
     count = int(flags[0].split("=")[1])
-    assert flags == demo_budget.flags(count)
     speed = slow.measure()
+    assert flags == demo_budget.flags(count) + demo_budget.time_limit_flags(speed, BATCH, started)
     assert _demo_seconds(count, 664.0, speed, 125.0) <= demo_budget.BUDGET_S
     # The step count the table of kinds gave this machine (1,111 images/s on Zen 4)
     # would have overrun: the measurement is what decided.
@@ -116,9 +116,53 @@ def test_the_chosen_steps_are_recorded_and_a_resumed_run_keeps_them(tmp_path):
     def must_not_measure(config_flags):
         raise AssertionError("a resumed run measured again")
 
-    # Rerun later on a machine now twice as fast: the same schedule.
+    # Rerun later on a machine now twice as fast: the same schedule, and the time limit
+    # of this demo's start.
     later = demo.time.time() - 600.0
-    assert demo.budget_run([], None, run_dir, later, must_not_measure) == first
+    again = demo.budget_run([], None, run_dir, later, must_not_measure)
+    schedule = len(demo_budget.flags(record["steps"]))
+    assert again[:schedule] == first[:schedule]
+    speed = demo_budget.Speed(record["images_per_second"], record["start_s"])
+    assert again[schedule:] == demo_budget.time_limit_flags(speed, record["batch_size"], later)
+
+
+def _flag(flags, name):
+    (value,) = [f.split("=", 1)[1] for f in flags if f.startswith(f"--config.{name}=")]
+    return float(value)
+
+
+@pytest.mark.parametrize("trains_at", [2139.0, 1010.0, 500.0])
+def test_a_machine_that_slows_down_after_the_calibration_still_ends_within_the_budget(
+    tmp_path, trains_at
+):
+    """Calibrated at 2,139 images/s, then another job starts: the demo trains at
+    `trains_at` (a bare clone's demo on the Zen 5 did so at 1,010), and what comes after
+    training slows down as much. Its time limit stops training where the rest still fits
+    the budget; the machine that keeps its pace trains every planned step."""
+    from keras_vit_trainers import controller, time_limit
+
+    calibrated = FakeMachine(2139.0, start_s=13.0)
+    started = demo.time.time() - 82.0  # make setup, the records, the calibration
+    flags = demo.budget_run([], None, str(tmp_path), started, measure=calibrated.measure)
+    speed = calibrated.measure()
+    count, deadline = int(_flag(flags, "total_steps")), _flag(flags, "time_limit")
+    reserve = int(_flag(flags, "time_limit_reserve_steps"))
+    clock = FakeMachine(trains_at, 0.0)
+    clock.now = demo.time.time() + speed.start_s  # the trainer's start
+    step = clock.build()
+    saved = []
+    limit = time_limit.TimeLimit(deadline, saved.append, count, reserve, clock=clock.clock)
+    loop = controller.Controller(
+        step, lambda: ({}, {}), count, 100, [limit], lambda: limit.reached, clock.clock
+    )
+    last = loop.train(0)
+    slowdown = 2139.0 / trains_at
+    end = clock.now + demo_budget.after_training_s(speed) * slowdown
+    assert end <= started + demo_budget.BUDGET_S, (last, count)
+    if trains_at == 2139.0:
+        assert (last, saved) == (count, [])
+    else:
+        assert last < count and saved == [last]
 
 
 def test_a_larger_batch_trains_fewer_steps_and_the_flag_reaches_the_calibration(tmp_path):

@@ -160,6 +160,13 @@ def test_the_shipped_config_passes_the_checks():
             "--config.jit_compile=True: Keras compiles no XLA while op determinism is on",
         ),
         ({"profile_steps": (20, 10)}, "--config.profile_steps=(20, 10): expected two steps"),
+        ({"log_every": -1}, "--config.log_every=-1: expected a step count >= 0"),
+        ({"collective_timeout": 0.0}, "--config.collective_timeout=0.0: expected seconds > 0"),
+        ({"time_limit": -1.0}, "--config.time_limit=-1.0: expected seconds since 1970"),
+        (
+            {"time_limit_reserve_steps": -3},
+            "--config.time_limit_reserve_steps=-3: expected a step count >= 0",
+        ),
         (
             {"callbacks": ("no_such_module_here:Cb",)},
             "--config.callbacks[0]='no_such_module_here:Cb': cannot import no_such_module_here",
@@ -174,6 +181,19 @@ def test_each_config_mistake_is_one_line_naming_the_flag(overrides, message):
         _check(overrides)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_a_time_limit_is_refused_on_several_workers(monkeypatch):
+    """Each worker would read its own clock and stop at another step."""
+    from keras_vit_trainers import config_checks, strategy
+
+    assert _check({"time_limit": 2e9}) in (True, False)  # one process: taken
+    monkeypatch.setattr(strategy, "kind", lambda s: "multi_worker")
+    with pytest.raises(config_checks.ConfigError) as error:
+        _check({"time_limit": 2e9})
+    assert str(error.value).startswith(
+        "--config.time_limit=2e+09: one process only, not --strategy=multi_worker"
+    )
 
 
 def test_a_config_file_giving_both_crop_names_differently_is_refused():

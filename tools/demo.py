@@ -99,7 +99,8 @@ def budget_run(args, budget, model_dir, started, measure=None):
     began): the steps that fit it at this machine's speed, measured now (`measure`:
     the --config.KEY=VALUE flags -> demo_budget.Speed; default `calibrate`), or the steps that
     `model_dir`'s run chose at its start (RUN/demo_budget.json), so that a resumed run
-    keeps its schedule."""
+    keeps its schedule; and a time limit, so that a machine that slows down later
+    still ends within the budget (training stops early, its step saved)."""
     try:
         budget_s = float(budget or demo_budget.BUDGET_S)
     except ValueError:
@@ -115,7 +116,9 @@ def budget_run(args, budget, model_dir, started, measure=None):
             f"at its start ({os.path.join(model_dir, demo_budget.RECORD)})",
             flush=True,
         )
-        return demo_budget.flags(count)
+        speed = demo_budget.Speed(record["images_per_second"], record["start_s"])
+        limit = demo_budget.time_limit_flags(speed, record["batch_size"], started, budget_s)
+        return demo_budget.flags(count) + limit
     batch = _opt(list(args), "config.batch_size", None)
     batch = int(batch or keras_vit_configs.load(DEMO_CONFIG).batch_size)
     print(f"demo: timing this machine's training step (batch {batch})", flush=True)
@@ -140,7 +143,7 @@ def budget_run(args, budget, model_dir, started, measure=None):
             "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         },
     )
-    return demo_budget.flags(count)
+    return demo_budget.flags(count) + demo_budget.time_limit_flags(speed, batch, started, budget_s)
 
 
 def _step(cmd, **kwargs):

@@ -32,6 +32,7 @@ The measuring needs TensorFlow (imported in `calibrate` only); the rest is stdli
 """
 
 import json
+import math
 import os
 import statistics
 import time
@@ -112,10 +113,34 @@ def measure(build, batch_size, *, clock=time.perf_counter, seconds=CALIBRATION_S
     return Speed(STEPS_PER_CALL * batch_size / max(median, 1e-9), started - t0)
 
 
+def after_training_s(speed):
+    """Seconds of the demo after its training steps at `speed`: the final evaluations,
+    the exports, the programs' starts (all but the trainer's own)."""
+    return (
+        EVAL_TRAIN_IMAGES / speed.images_per_second + (STARTS_OUTSIDE_TRAINING - 1) * speed.start_s
+    )
+
+
 def outside_training_s(speed):
     """Seconds of the demo outside its training steps still to come, once calibrated:
-    the trainer's start, the final evaluations, the exports."""
-    return EVAL_TRAIN_IMAGES / speed.images_per_second + STARTS_OUTSIDE_TRAINING * speed.start_s
+    the trainer's start, then what comes after training."""
+    return speed.start_s + after_training_s(speed)
+
+
+def time_limit_flags(speed, batch_size, started, budget_s=BUDGET_S):
+    """The trainer's time limit (trainers/time_limit.py) for a demo that began at
+    `started`: the budget's end, with what comes after training kept as the steps of
+    `batch_size` it takes at `speed`, so that it is charged at the pace the trainer
+    then sees. A machine that slows down after the calibration (another job started
+    beside it) stops training early instead of overrunning: on the 2-core AMD Zen 5
+    (2026-12-07) a bare clone's `make demo` calibrated at 2,139 images/s, then trained
+    at 1,010 while two other jobs installed and tested, and its 10,620 steps would have
+    ended after about 25 minutes."""
+    reserve = math.ceil(after_training_s(speed) * speed.images_per_second / batch_size)
+    return [
+        f"--config.time_limit={started + budget_s:.0f}",
+        f"--config.time_limit_reserve_steps={reserve}",
+    ]
 
 
 def plan(speed, batch_size, budget_s=BUDGET_S, spent_s=0.0):
@@ -172,6 +197,9 @@ def load(run_dir):
         with open(path) as f:
             record = json.load(f)
         steps = record["steps"]
+        if isinstance(steps, int) and steps > 0:  # then what the time limit reads
+            Speed(record["images_per_second"], record["start_s"])
+            int(record["batch_size"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(
             f"{path}: not a demo budget record ({e}); remove it to measure again"

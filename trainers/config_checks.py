@@ -213,6 +213,14 @@ def _positive_int(value):
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+def _count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _positive_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
 def check_sizes(config):
     """config.batch_size, image_size and the model's sizes (hidden_size, mlp_dim, ...)
     positive integers (a 0 batch divides by zero in the pipeline; a negative width fails
@@ -236,21 +244,27 @@ def check_sizes(config):
 
 def check_watching(config):
     """config.log_every (0: off) and collective_timeout (seconds) not negative numbers;
-    profile_steps () or (first, last); callbacks importable "module:name" entries."""
-    log_every = config.get("log_every")
-    if log_every is not None and not (isinstance(log_every, int) and log_every >= 0):
-        raise ConfigError(
-            f"--config.log_every={log_every!r}: expected a step count >= 0 (0: no points "
-            "between checkpoints)"
-        )
-    timeout = config.get("collective_timeout")
-    if timeout is not None and not (
-        isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
-    ):
-        raise ConfigError(
-            f"--config.collective_timeout={timeout!r}: expected seconds > 0 (how long a "
-            "worker waits for a lost peer before the run ends)"
-        )
+    time_limit None or a time; profile_steps () or (first, last); callbacks importable
+    "module:name" entries."""
+    expected = {
+        "log_every": (_count, "a step count >= 0 (0: no points between checkpoints)"),
+        "collective_timeout": (
+            _positive_number,
+            "seconds > 0 (how long a worker waits for a lost peer before the run ends)",
+        ),
+        "time_limit": (
+            _positive_number,
+            "seconds since 1970 (date +%s), the time at which training stops",
+        ),
+        "time_limit_reserve_steps": (
+            _count,
+            "a step count >= 0 (the work after training, in training steps)",
+        ),
+    }
+    for key, (valid, what) in expected.items():
+        value = config.get(key)
+        if value is not None and not valid(value):
+            raise ConfigError(f"--config.{key}={value!r}: expected {what}")
     window = tuple(config.get("profile_steps") or ())
     if window and not (
         len(window) == 2
@@ -409,6 +423,12 @@ def check(config, strategy, objective):
     """
     check_finetune_controls(config)
     check_input(config, objective)
+    if config.get("time_limit") is not None and strategy_lib.kind(strategy) == "multi_worker":
+        raise ConfigError(
+            f"--config.time_limit={config.time_limit:g}: one process only, not "
+            "--strategy=multi_worker (each worker reads its own clock and would stop at "
+            "another step)"
+        )
     return jit_compile(config, strategy)
 
 

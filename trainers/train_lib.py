@@ -44,6 +44,7 @@ from keras_vit_trainers import (
     optimizers,
     profiling,
     schedules,
+    time_limit,
     timeline,
     train_log,
 )
@@ -332,8 +333,8 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
     the stream `make_data(first step)`: the controller (trainers/controller.py) with
     the run's actions, in the order they act at a boundary: checkpoint (saved before
     anything is logged), log, progress bar, the user's Keras callbacks (`callbacks`,
-    then config.callbacks'), evaluations, the profiler window, preemption (last: it
-    saves the step and stops). Raises TrainingDivergedError on NaN and faults.Preempted
+    then config.callbacks'), evaluations, the profiler window, the time limit (it saves
+    the step and ends training), preemption (last: it saves the step and stops). Raises TrainingDivergedError on NaN and faults.Preempted
     after a SIGTERM. Returns the RunLogger (train figures)."""
     optimizer = model.optimizer
     objective = objectives.get(config.objective)
@@ -374,6 +375,13 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
         [*callbacks, *(make() for make in config_checks.user_callbacks(config))], model=model
     )
     profile = tuple(config.get("profile_steps") or ())
+    deadline = config.get("time_limit")
+    limit = deadline and time_limit.TimeLimit(
+        deadline,
+        checkpoints.save_now,
+        plan.total_steps,
+        config.get("time_limit_reserve_steps", 0),
+    )
     actions = [
         checkpoints,
         logger,
@@ -389,6 +397,7 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
             if chief and profile
             else []
         ),
+        *([limit] if limit else []),
         preemption,
     ]
     iterator = iter(make_data(step))
@@ -406,7 +415,7 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
         plan.total_steps,
         plan.steps_per_execution,
         actions,
-        should_stop=lambda: model.stop_training,
+        should_stop=lambda: model.stop_training or bool(limit and limit.reached),
     )
     try:
         with preemption:
