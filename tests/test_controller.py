@@ -407,16 +407,39 @@ def _limited_run(tmp_path, deadline, reserve, slow_from, factor, total=100, spe=
 
 
 def test_a_time_limit_stops_a_run_that_slowed_down_in_time_for_its_reserve(tmp_path):
-    # 100 steps of 1 s and a reserve of 20 steps fit a limit at 130 s; the machine is
-    # three times slower from step 40: the run stops where the next boundary and the
-    # reserve at the slow pace (5 + 20 updates of 3 s) still end by the limit.
-    last, limit, clock = _limited_run(tmp_path, 130.0, 20, slow_from=40, factor=3.0)
-    assert limit.reached and last < 100 and last % 5 == 0
-    assert clock.now + 20 * 3.0 <= 130.0 < clock.now + 5 * 3.0 + 20 * 3.0
+    # 300 steps of 1 s and a reserve of 20 steps fit a limit at 330 s; the machine is
+    # three times slower from step 100: once the median pace has turned, the run stops
+    # where the reserve at the slow pace still ends by the limit, and one more step
+    # would not have left it.
+    last, limit, clock = _limited_run(
+        tmp_path, 330.0, 20, slow_from=100, factor=3.0, total=300, spe=1
+    )
+    assert limit.reached and 100 < last < 300
+    assert clock.now + 20 * 3.0 <= 330.0 < clock.now + 1 * 3.0 + 20 * 3.0
     assert checkpointing.saved_steps(str(tmp_path))[0] == last  # the step kept
-    # The machine that keeps its pace trains every step: the limit never bites.
-    last, limit, clock = _limited_run(tmp_path / "steady", 130.0, 20, slow_from=100, factor=3.0)
-    assert (last, limit.reached, clock.now) == (100, False, 100.0)
+    # The machine that keeps its pace trains every step: the limit never acts.
+    last, limit, clock = _limited_run(
+        tmp_path / "steady", 330.0, 20, slow_from=300, factor=3.0, total=300, spe=1
+    )
+    assert (last, limit.reached, clock.now) == (300, False, 300.0)
+
+
+def test_one_slow_interval_does_not_stop_a_run(tmp_path):
+    """A slow boundary (30 s of an evaluation at step 50) is one interval: the median
+    pace keeps, and 100 steps of 1 s, the 30 s and a reserve of 20 steps fit 160 s."""
+    clock = Clock()
+    step = FakeStep(clock)
+    limit = time_limit.TimeLimit(160.0, lambda s: None, 100, 20, clock=clock)
+    loop = controller.Controller(
+        step,
+        step.read,
+        100,
+        1,
+        [Recorder(every=50, clock=clock, cost=30.0), limit],
+        lambda: limit.reached,
+        clock,
+    )
+    assert loop.train(0) == 100 and not limit.reached
 
 
 def test_a_time_limit_is_one_line_and_a_resumed_run_trains_the_rest(tmp_path, caplog):
@@ -444,7 +467,7 @@ def test_the_trainer_stops_at_its_time_limit_and_a_rerun_trains_the_rest(tmp_pat
 
     def train(**keys):
         recipe = testing.tiny_config(
-            fashion_mnist.get_config(), total_steps=6, checkpoint_every=3, log_every=1, **keys
+            fashion_mnist.get_config(), total_steps=12, checkpoint_every=4, log_every=1, **keys
         )
         config = train_config.resolve(recipe, "pretrain")
         return train_lib.run(
@@ -452,8 +475,10 @@ def test_the_trainer_stops_at_its_time_limit_and_a_rerun_trains_the_rest(tmp_pat
         )
 
     stopped = train(time_limit=time.time(), time_limit_reserve_steps=1)
-    assert (stopped["step"], stopped["total_steps"]) == (1, 6)
+    # The first call (it compiles) and MIN_INTERVALS intervals to know the pace.
+    first = 1 + time_limit.MIN_INTERVALS
+    assert (stopped["step"], stopped["total_steps"]) == (first, 12)
     assert 0.0 <= stopped["test_accuracy"] <= 1.0  # the final evaluations ran
-    assert checkpointing.saved_steps(os.path.join(run, "checkpoints"))[0] == 1
+    assert checkpointing.saved_steps(os.path.join(run, "checkpoints"))[0] == first
     finished = train()
-    assert (finished["step"], finished["resumed_from_step"]) == (6, 1)
+    assert (finished["step"], finished["resumed_from_step"]) == (12, first)
