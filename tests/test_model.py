@@ -1,11 +1,14 @@
 """VisionTransformer and the named builders."""
 
+import inspect
+
 import keras
 import numpy as np
 import pytest
 from tiny_models import tiny_vit
 
 import keras_vit
+from keras_vit import options
 
 # docs/design.md, "Variants": parameters with a 1000-class head at 224 px.
 PARAMS = {
@@ -240,3 +243,30 @@ def test_weights_go_through_the_one_entry_point(monkeypatch, tmp_path):
     ):
         tiny(weights=path)
     assert len(calls) == 4
+
+
+def test_every_option_is_in_the_signature_the_docstring_and_the_config():
+    """Each declared option (keras_vit/options.py) reaches the signature users and
+    `help()` see, its docstring entry, and (where its record says) the config."""
+    parameters = inspect.signature(keras_vit.VisionTransformer).parameters
+    assert list(parameters) == [option.name for option in options.OPTIONS]
+    positional = [
+        name for name, p in parameters.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ]
+    assert positional[:6] == [
+        "image_size",
+        "patch_size",
+        "hidden_size",
+        "mlp_dim",
+        "num_heads",
+        "num_layers",
+    ]
+    assert positional[-5:] == ["weights", "name", "dtype", "resnet", "stochastic_depth_rate"]
+    for option in options.OPTIONS:
+        assert f"\n        {option.name}: " in keras_vit.VisionTransformer.__doc__, option.name
+    config = tiny(approximate_gelu=False).get_config()
+    always = {o.name for o in options.OPTIONS if o.record == options.ALWAYS}
+    assert always <= set(config) and "qk_norm" not in config
+    assert not config["approximate_gelu"]
+    with pytest.raises(TypeError, match=r"VisionTransformer\(\): too many positional"):
+        keras_vit.VisionTransformer(*[None] * 18)
