@@ -38,16 +38,20 @@ def recorded_options(options):
     }
 
 
-# The options of the rotary families (EVA-02, RoPE-ViT, DINOv3), which keras_vit reads
-# but does not write back to timm's or transformers' layouts.
-ROTARY_FAMILY_OPTIONS = ("absolute_position_embedding", "rope", "qk_norm", "gated_mlp", "mlp_norm")
+# The options of the rotary families (EVA-02, RoPE-ViT, DINOv3): timm's eva.py layout
+# writes them (`keras_vit.checkpoint.timm_eva`), timm's plain ViT and transformers' do not.
+ROTARY_FAMILY_OPTIONS = ("absolute_position_embedding", "rope", "gated_mlp", "mlp_norm")
+# The options timm's plain ViT layout alone writes (`keras_vit.checkpoint.timm_format`).
+PLAIN_TIMM_ONLY_OPTIONS = ("patch_embedding_norm", "final_norm")
+# The options timm's layouts write (plain and eva.py: qk_norm) and transformers' do not.
+TIMM_ONLY_OPTIONS = ("qk_norm", *PLAIN_TIMM_ONLY_OPTIONS)
 
 
-def unwritable_options(model):
-    """['rope={...}', ...]: the options of `ROTARY_FAMILY_OPTIONS` that `model` sets
-    (no writer of timm's or transformers' layouts takes them)."""
+def unwritable_options(model, names=ROTARY_FAMILY_OPTIONS):
+    """['rope={...}', ...]: the options of `names` that `model` sets otherwise than
+    the authors' model (those a layout's writer must refuse or route)."""
     return [
         f"{key}={getattr(model, key)!r}"
-        for key in ROTARY_FAMILY_OPTIONS
+        for key in names
         if getattr(model, key, FAMILY_DEFAULTS[key]) != FAMILY_DEFAULTS[key]
     ]

@@ -137,6 +137,16 @@ def _positive_number_or_none(name, value, arguments):
     return value
 
 
+def _final_norm(name, value, arguments):
+    _boolean(name, value, arguments)
+    if not value and arguments["fc_norm"]:
+        raise ValueError(
+            "final_norm=False and fc_norm=True disagree: fc_norm moves the final "
+            "LayerNorm after pooling, final_norm=False removes it."
+        )
+    return value
+
+
 def _count(name, value, arguments):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
         raise ValueError(f"{name} must be an int >= 0, got {value!r}.")
@@ -484,6 +494,25 @@ OPTIONS = (
         False,
         "a LayerNorm inside each MLP before its second Dense (EVA-02's base and "
         "large). None: the checkpoint's, else False.",
+    ),
+    _flag(
+        "patch_embedding_norm",
+        False,
+        "a LayerNorm on the patch embedding's output, before the class token and the "
+        "position embeddings (timm's embed_norm_layer, weights 'patch_embed.norm'; "
+        "keras_vit's 'embedding/norm'). None: the checkpoint's, else False.",
+    ),
+    Option(
+        "final_norm",
+        None,
+        "False: no LayerNorm after the blocks, nor after pooling (timm's "
+        "final_norm=False: its `norm` and `fc_norm` are identities); `fc_norm` must "
+        "then be False. None: the checkpoint's, else True.",
+        official=True,
+        check=_final_norm,
+        kind=bool,
+        record=WHERE_SET,
+        family=True,
     ),
     Option(
         "preprocessing",

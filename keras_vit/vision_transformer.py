@@ -72,7 +72,7 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         arguments = options.bind(args, kwargs)
         applications_args.refuse_weights(arguments.pop("weights"))
         a = applications_args.with_defaults(applications_args.normalised(arguments))
-        self._build(types.SimpleNamespace(**a))
+        self._build(**a)
         for attribute, value in options.stored_attributes(a).items():
             setattr(self, attribute, value)
 
@@ -98,9 +98,10 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         """
         return applications_args.bound_arguments(kwargs)
 
-    def _build(self, a):
-        """Builds the graph from complete arguments `a` (a namespace of every
-        option, checked, and `dynamic_size`); reads no file."""
+    def _build(self, **arguments):
+        """Builds the graph from complete arguments (every option, checked, and
+        `dynamic_size`); reads no file."""
+        a = types.SimpleNamespace(**arguments)
         dtype = a.dtype
         patch_embedding = vit_layers.PatchEmbedding(
             a.patch_size,
@@ -108,6 +109,7 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             name="embedding",
             dtype=dtype,
             **({} if a.patch_embedding_bias else {"use_bias": False}),
+            **({"norm_epsilon": a.layer_norm_epsilon} if a.patch_embedding_norm else {}),
         )
         if a.input_tensor is None:
             size = (None, None) if a.dynamic_size else a.image_size
@@ -135,7 +137,7 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
             stochastic_depth_rate=a.stochastic_depth_rate,
             layer_norm_epsilon=a.layer_norm_epsilon,
             approximate_gelu=a.approximate_gelu,
-            final_norm=not a.fc_norm,
+            final_norm=a.final_norm and not a.fc_norm,
             name="Transformer",
             dtype=dtype,
             **_encoder_options(a, ENCODER_OPTIONS),

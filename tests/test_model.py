@@ -270,3 +270,31 @@ def test_every_option_is_in_the_signature_the_docstring_and_the_config():
     assert not config["approximate_gelu"]
     with pytest.raises(TypeError, match=r"VisionTransformer\(\): too many positional"):
         keras_vit.VisionTransformer(*[None] * 18)
+
+
+def test_patch_embedding_norm_qk_norm_and_no_final_norm_against_numpy(rng):
+    """The three norms timm's plain ViT may add or leave out (patch_embedding_norm,
+    qk_norm, final_norm=False), each on its own and together, against the NumPy
+    reference (float64), random weights."""
+    from numpy_vit import vit_forward
+
+    x = rng.uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    cases = (
+        dict(patch_embedding_norm=True),
+        dict(qk_norm=True),
+        dict(final_norm=False),
+        dict(patch_embedding_norm=True, qk_norm=True, final_norm=False),
+    )
+    for case in cases:
+        model = keras_vit.VisionTransformer(16, 4, 8, 16, 2, 2, num_classes=3, **case)
+        for w in model.weights:
+            w.assign(rng.standard_normal(w.shape).astype("float32") * 0.5)
+        params = keras_vit.checkpoint.model_params(model)
+        assert ("embedding/norm/scale" in params) == case.get("patch_embedding_norm", False)
+        assert ("Transformer/encoder_norm/scale" in params) == case.get("final_norm", True)
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(model(x)),
+            vit_forward(params, x, num_layers=2),
+            atol=1e-5,
+            err_msg=str(case),
+        )
