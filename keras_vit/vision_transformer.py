@@ -4,14 +4,17 @@ This module owns the model: the class `VisionTransformer`, building its graph
 (`_build`: patch embedding, [class] token, encoder, representation, pre_logits,
 head; the headless `pooling` outputs), and its config (`get_config`,
 `from_config`, the registered name 'keras_vit>VisionTransformer'). The rest of
-the class comes from modules of their own: the constructor's arguments,
-keras.applications' included, from `keras_vit.applications_args`; the views that
+the class comes from modules of their own: the constructor's arguments, each
+declared once with its default, check, attribute, config record and docstring
+entry, from `keras_vit.options` (the signature, the Args below, `get_config` and
+`from_config` are made from them), keras.applications' folded in by
+`keras_vit.applications_args`; the views that
 share its weights (`feature_extractor`, `attention_model`, `token_grid`, ...)
 from the mixin `keras_vit.views.ModelViews`; what `jit_compile="auto"` means from
 the mixin `keras_vit.compilation.AutoJitCompile`.
 
 Construction builds; loading is a separate step. `VisionTransformer.__init__`
-(1) normalises its arguments, keras.applications' (`input_shape`,
+(1) binds its arguments to the declared options (`options.bind`) and normalises them, keras.applications' (`input_shape`,
 `input_tensor`, `classes`, ...) included (`applications_args.normalised`); (2)
 fills the defaults of what nothing gave (`applications_args.with_defaults`); (3)
 builds the graph with `_build`, which reads nothing but its arguments. It reads no file and no network, and neither
@@ -55,7 +58,7 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
     `include_top=False` the representation (batch, representation_size or
     hidden_size), or what `pooling` asks for.
 
-    {ARGS}
+    Args: one entry per argument, from its declaration (`keras_vit.options.OPTIONS`).
 
     Attributes: the arguments as given or resolved (`image_size`, `channels`,
     `patch_size`, ...), `grid_size` (the (rows, cols) of the position
@@ -221,7 +224,10 @@ class VisionTransformer(AutoJitCompile, ModelViews, keras.Model):
         return cls(**options.from_config(config))
 
 
-VisionTransformer.__doc__ = VisionTransformer.__doc__.replace("    {ARGS}", options.describe())
+VisionTransformer.__doc__ = VisionTransformer.__doc__.replace(
+    "    Args: one entry per argument, from its declaration (`keras_vit.options.OPTIONS`).",
+    options.describe(),
+)
 
 # The family options the Encoder takes (given to it only where they differ from the
 # authors' model, so that its config is as before they existed).
