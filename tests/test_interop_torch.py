@@ -159,6 +159,14 @@ def test_timm_bare_clip_file_from_its_shapes(tmp_path):
     _close(_keras_outputs(model), torch_forward(source, X))
 
 
+def test_timm_bare_file_without_final_norm_asks_for_its_pooling(tmp_path):
+    """A bare state dict of timm's final_norm=False with a class token shows no norm
+    that would tell 'token' from 'avg' pooling: one error names classifier."""
+    weights = _save_timm(timm_vit(2, final_norm=False, global_pool="avg"), tmp_path, "file")
+    with pytest.raises(CheckpointError, match=r"does not say classifier: .*pass classifier="):
+        keras_vit.from_weights(weights, **TINY)
+
+
 TRANSFORMERS_FAMILIES = {
     "ViTForImageClassification": ("ViTForImageClassification", dict()),
     "ViTModel pooler": ("ViTModel", dict()),
