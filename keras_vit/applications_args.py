@@ -13,47 +13,16 @@ given" lets the checkpoint (representation_size) or the model's own
 representation (pooling) decide. The marker never reaches a config.
 """
 
-import inspect
-import numbers
-
 import keras
 
-from keras_vit.families import BOOLEAN_OPTIONS, FAMILY_DEFAULTS
+from keras_vit import options
 from keras_vit.layers.patch_embedding import to_pair
-from keras_vit.layers.resnet import resnet_spec
-from keras_vit.layers.rotary import rope_spec
-from keras_vit.preprocessing import check_preprocessing
 
-
-class _NotGiven:
-    """The default of an argument whose None is a value of its own (e.g.
-    `representation_size=None`: no pre_logits layer), so that "not given" (follow
-    the checkpoint, or the model's own default) can be told apart from None."""
-
-    __slots__ = ()
-
-    def __repr__(self):
-        return "<not given>"
-
-    def __reduce__(self):  # copies and pickles stay the singleton
-        return "NOT_GIVEN"
-
-
-NOT_GIVEN = _NotGiven()
-
-POOLINGS = (None, "token", "avg", "max")
-# 'token': the class token; 'gap': no class token, the mean of the patch tokens;
-# 'map': no class token, multi-head attention pooling (big_vision's MAPHead, SigLIP);
-# 'token_gap': a class token, left out of the mean of the patch tokens (timm's
-# class_token=True with global_pool='avg': the MAE and BEiT fine-tunes).
-CLASSIFIERS = ("token", "gap", "map", "token_gap")
-# The classifiers whose model has a class token.
-CLASS_TOKEN_CLASSIFIERS = ("token", "token_gap")
-
-
-def has_class_token(classifier):
-    """Whether a model of `classifier` (one of CLASSIFIERS) has a class token."""
-    return classifier in CLASS_TOKEN_CLASSIFIERS
+# Re-exported: the modules that read these took them from here before `options` existed.
+from keras_vit.options import CLASSIFIERS as CLASSIFIERS
+from keras_vit.options import NOT_GIVEN as NOT_GIVEN
+from keras_vit.options import POOLINGS as POOLINGS
+from keras_vit.options import has_class_token as has_class_token
 
 
 def refuse_weights(weights):
@@ -67,14 +36,11 @@ def refuse_weights(weights):
         )
 
 
-def bound_arguments(init, kwargs):
-    """`init`'s arguments (the constructor of a `VisionTransformer` class) for
-    `kwargs`, declared defaults filled, `normalised`: what
-    `VisionTransformer.given_arguments` returns."""
-    bound = inspect.signature(init).bind(None, **kwargs)
-    bound.apply_defaults()
-    arguments = dict(bound.arguments)
-    del arguments["self"], arguments["weights"]
+def bound_arguments(kwargs):
+    """The constructor's arguments for `kwargs`, declared defaults filled,
+    `normalised`: what `VisionTransformer.given_arguments` returns."""
+    arguments = options.bind((), kwargs)
+    del arguments["weights"]
     return normalised(arguments)
 
 
@@ -129,10 +95,13 @@ def input_arguments(image_size, channels, input_shape, input_tensor):
 def normalised(arguments):
     """The constructor's arguments (a dict) with keras.applications' folded in:
     `input_shape` / `input_tensor` into image_size, channels and dynamic_size
-    (`input_arguments`), `classes` into num_classes; `resnet` normalised."""
+    (`input_arguments`), `classes` into num_classes; each option's `normalise`
+    (`resnet`)."""
     a = dict(arguments)
+    for option in options.OPTIONS:
+        if option.normalise is not None:
+            a[option.name] = option.normalise(a[option.name])
     input_shape, classes = a.pop("input_shape"), a.pop("classes")
-    a["resnet"] = resnet_spec(a["resnet"])
     a.update(input_arguments(a["image_size"], a["channels"], input_shape, a["input_tensor"]))
     a["num_classes"] = aliased("num_classes", a["num_classes"], "classes", classes)
     return a
@@ -149,49 +118,7 @@ def aliased(name, value, alias, alias_value):
 
 
 def with_defaults(arguments):
-    """Complete arguments for `VisionTransformer._build`: defaults where nothing
-    (not even a checkpoint) gave a value, checked."""
-    a = dict(arguments)
-    a["image_size"] = to_pair(a["image_size"] or 224, "image_size")
-    a["channels"] = int(a["channels"] or 3)
-    a["classifier"] = a["classifier"] or "token"
-    if a["representation_size"] is NOT_GIVEN:
-        a["representation_size"] = None
-    if a["num_classes"] is None:
-        a["num_classes"] = 1000
-    for key, default in FAMILY_DEFAULTS.items():
-        if a[key] is None:
-            a[key] = default
-        elif key in BOOLEAN_OPTIONS and not isinstance(a[key], bool):
-            raise ValueError(f"{key} must be True or False, got {a[key]!r}.")
-    a["rope"] = rope_spec(a["rope"])
-    scale = a["layer_scale_init"]
-    if scale is not None and (
-        isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not scale > 0
-    ):
-        raise ValueError(f"layer_scale_init must be a positive number or None, got {scale!r}.")
-    registers = a["num_registers"]
-    if isinstance(registers, bool) or not isinstance(registers, numbers.Integral) or registers < 0:
-        raise ValueError(f"num_registers must be an int >= 0, got {registers!r}.")
-    a["preprocessing"] = check_preprocessing(a["preprocessing"], a["channels"])
-    epsilon = a["layer_norm_epsilon"]
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not epsilon > 0:
-        raise ValueError(f"layer_norm_epsilon must be a positive number, got {epsilon!r}.")
-    num_classes = a["num_classes"]
-    if not isinstance(num_classes, numbers.Integral) or isinstance(num_classes, bool):
-        raise ValueError(f"num_classes (or classes) must be an int, got {num_classes!r}.")
-    if num_classes < 1:
-        raise ValueError(f"num_classes (or classes) must be at least 1, got {num_classes}.")
-    if a["classifier"] not in CLASSIFIERS:
-        raise ValueError(f"classifier must be one of {CLASSIFIERS}, got {a['classifier']!r}.")
-    pooling = a["pooling"]
-    if pooling is not NOT_GIVEN and pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS} (or not given), got {pooling!r}.")
-    if pooling == "token" and not has_class_token(a["classifier"]) and not a["include_top"]:
-        raise ValueError(
-            "pooling='token': this model has no class token (classifier="
-            f"{a['classifier']!r}); use 'avg', 'max' or None."
-        )
-    if a["classifier_activation"] is not None:
-        keras.activations.get(a["classifier_activation"])  # unknown names raise here
-    return a
+    """Complete arguments for `VisionTransformer._build`: each option's official
+    value where nothing (not even a checkpoint) gave one, checked
+    (`keras_vit.options.fill`)."""
+    return options.fill(arguments)

@@ -4,103 +4,54 @@ The authors' checkpoints, timm's and Hugging Face transformers' are the same
 architecture computed with a few differences. Each difference is a
 `VisionTransformer` argument of this name, kept in its config, and a key of a
 checkpoint's metadata (`keras_vit.checkpoint.metadata`) that fills it where the
-caller leaves it open; `FAMILY_DEFAULTS` holds the authors' (official) value of
-each, used where neither says:
-
-    approximate_gelu    the MLPs' GELU: tanh form (authors) or exact erf (timm,
-                        transformers 'gelu')
-    layer_norm_epsilon  1e-6 (authors, timm) or transformers' layer_norm_eps
-                        (1e-12 by default)
-    fc_norm             the final LayerNorm after pooling instead of before
-                        (timm's fc_norm, its default for average pooling;
-                        transformers' CLIP post_layernorm on the class token)
-    layer_scale_init    LayerScale on both residual branches of each block,
-                        with this initial value (DeiT III, DINOv2); None: none
-    num_registers       register tokens after the class token (DINOv2 with
-                        registers), dropped from features and pooling
-    position_embedding_for_class_token
-                        whether the class token gets a position embedding (the
-                        authors', DINOv2) or the patches alone (DeiT III, timm's
-                        no_embed_class)
-    pre_norm            a LayerNorm before the first block (CLIP's ln_pre)
-    quick_gelu          the MLPs' activation is OpenAI CLIP's x * sigmoid(1.702 x)
-    patch_embedding_bias
-                        whether the patch embedding has a bias (CLIP's has none)
-    absolute_position_embedding
-                        whether learned position embeddings are added (DINOv3's
-                        and RoPE-ViT's positions are rotary alone)
-    rope                rotary position embeddings in the attention: None, or a
-                        dict (`keras_vit.layers.rotary.rope_spec`: 'axial' for
-                        EVA-02 and RoPE-ViT-Axial, 'mixed' for RoPE-ViT-Mixed,
-                        'dinov3')
-    qk_norm             a LayerNorm on each head's queries and keys
-    gated_mlp           SwiGLU MLPs: SiLU(gate) * value (EVA-02, DINOv3's
-                        larger models)
-    mlp_norm            a LayerNorm inside each MLP, before its second Dense
-                        (EVA-02 base and large)
+caller leaves it open: the options `keras_vit.options` declares with
+`family=True`, each with its docstring entry there (the exact GELU of timm and
+transformers, their LayerNorm epsilon, fc_norm, LayerScale, registers, the class
+token's position embedding, CLIP's pre-norm, QuickGELU and bias-free patch
+embedding, the rotary families' options). `FAMILY_DEFAULTS` holds the authors'
+(official) value of each, used where neither says.
 
 The classifier 'map' (SigLIP's multi-head attention pooling) is `classifier`'s,
 which a checkpoint fills as it fills 'token' and 'gap'.
 """
 
-from keras_vit.layers.encoder_block import LAYER_NORM_EPSILON
+from keras_vit.options import ALWAYS, OPTIONS, recorded
 
-FAMILY_DEFAULTS = {
-    "approximate_gelu": True,
-    "layer_norm_epsilon": LAYER_NORM_EPSILON,
-    "fc_norm": False,
-    "layer_scale_init": None,
-    "num_registers": 0,
-    "position_embedding_for_class_token": True,
-    "pre_norm": False,
-    "quick_gelu": False,
-    "patch_embedding_bias": True,
-    "absolute_position_embedding": True,
-    "rope": None,
-    "qk_norm": False,
-    "gated_mlp": False,
-    "mlp_norm": False,
-}
+_FAMILY = tuple(option for option in OPTIONS if option.family)
+FAMILY_DEFAULTS = {option.name: option.official for option in _FAMILY}
 # The options a model config always records (those older than the others, which it
 # records only where they differ from the authors').
-ALWAYS_RECORDED = ("approximate_gelu", "layer_norm_epsilon", "fc_norm")
+ALWAYS_RECORDED = tuple(option.name for option in _FAMILY if option.record == ALWAYS)
 # The options whose value is True or False.
-BOOLEAN_OPTIONS = (
-    "approximate_gelu",
-    "fc_norm",
-    "position_embedding_for_class_token",
-    "pre_norm",
-    "quick_gelu",
-    "patch_embedding_bias",
-    "absolute_position_embedding",
-    "qk_norm",
-    "gated_mlp",
-    "mlp_norm",
-)
+BOOLEAN_OPTIONS = tuple(option.name for option in _FAMILY if option.kind is bool)
 FAMILY_OPTIONS = tuple(FAMILY_DEFAULTS)
 
 
 def recorded_options(options):
     """The family options (a mapping, missing keys the authors' values) as a model
     config records them: `ALWAYS_RECORDED`, then the others that differ."""
-    values = {key: options.get(key, default) for key, default in FAMILY_DEFAULTS.items()}
+    values = {option.name: options.get(option.name, option.official) for option in _FAMILY}
     return {
-        key: value
-        for key, value in values.items()
-        if key in ALWAYS_RECORDED or value != FAMILY_DEFAULTS[key]
+        option.name: values[option.name]
+        for option in _FAMILY
+        if recorded(option, values[option.name])
     }
 
 
-# The options of the rotary families (EVA-02, RoPE-ViT, DINOv3), which keras_vit reads
-# but does not write back to timm's or transformers' layouts.
-ROTARY_FAMILY_OPTIONS = ("absolute_position_embedding", "rope", "qk_norm", "gated_mlp", "mlp_norm")
+# The options of the rotary families (EVA-02, RoPE-ViT, DINOv3): timm's eva.py layout
+# writes them (`keras_vit.checkpoint.timm_eva`), timm's plain ViT and transformers' do not.
+ROTARY_FAMILY_OPTIONS = ("absolute_position_embedding", "rope", "gated_mlp", "mlp_norm")
+# The options timm's plain ViT layout alone writes (`keras_vit.checkpoint.timm_format`).
+PLAIN_TIMM_ONLY_OPTIONS = ("patch_embedding_norm", "final_norm")
+# The options timm's layouts write (plain and eva.py: qk_norm) and transformers' do not.
+TIMM_ONLY_OPTIONS = ("qk_norm", *PLAIN_TIMM_ONLY_OPTIONS)
 
 
-def unwritable_options(model):
-    """['rope={...}', ...]: the options of `ROTARY_FAMILY_OPTIONS` that `model` sets
-    (no writer of timm's or transformers' layouts takes them)."""
+def unwritable_options(model, names=ROTARY_FAMILY_OPTIONS):
+    """['rope={...}', ...]: the options of `names` that `model` sets otherwise than
+    the authors' model (those a layout's writer must refuse or route)."""
     return [
         f"{key}={getattr(model, key)!r}"
-        for key in ROTARY_FAMILY_OPTIONS
+        for key in names
         if getattr(model, key, FAMILY_DEFAULTS[key]) != FAMILY_DEFAULTS[key]
     ]

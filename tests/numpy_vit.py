@@ -50,6 +50,9 @@ def attention(x, p, prefix, return_weights=False, inputs_kv=None):
         return np.einsum("btd,dhk->bthk", inputs, kernel) + bias
 
     q, k, v = proj(x, "query"), proj(inputs_kv, "key"), proj(inputs_kv, "value")
+    if f"{prefix}/query_norm/scale" in p:  # qk-norm: a LayerNorm over each head's features
+        q = layer_norm(q, p[f"{prefix}/query_norm/scale"], p[f"{prefix}/query_norm/bias"])
+        k = layer_norm(k, p[f"{prefix}/key_norm/scale"], p[f"{prefix}/key_norm/bias"])
     depth = q.shape[-1]
     weights = softmax(np.einsum("bqhk,bthk->bhqt", q / math.sqrt(depth), k))
     context = np.einsum("bhqt,bthk->bqhk", weights, v)
@@ -115,11 +118,16 @@ def vit_forward(params, images, *, num_layers, classifier="token", include_head=
     classifier: 'token' (class token, its position embedding first), 'gap' or
     'map' (no class token: the position embedding is the grid's alone; mean or
     `map_head` pooling). Resizes the position embedding if the image grid
-    differs from it.
+    differs from it. The params say the optional norms: 'embedding/norm/...'
+    after the patch projection, '.../query_norm/...' and '.../key_norm/...' on
+    each head's queries and keys; no 'Transformer/encoder_norm/...': no final
+    norm.
     """
     p = {k: np.asarray(v, np.float64) for k, v in params.items()}
     images = np.asarray(images, np.float64)
     x = patch_embed(images, p["embedding/kernel"], p["embedding/bias"])
+    if "embedding/norm/scale" in p:  # a LayerNorm on each patch token (timm's embed_norm_layer)
+        x = layer_norm(x, p["embedding/norm/scale"], p["embedding/norm/bias"])
     kh, kw = p["embedding/kernel"].shape[:2]
     grid = (images.shape[1] // kh, images.shape[2] // kw)
     num_prefix = 0
@@ -133,7 +141,8 @@ def vit_forward(params, images, *, num_layers, classifier="token", include_head=
     x = x + posemb
     for i in range(num_layers):
         x = encoder_block(x, p, i)
-    x = layer_norm(x, p["Transformer/encoder_norm/scale"], p["Transformer/encoder_norm/bias"])
+    if "Transformer/encoder_norm/scale" in p:  # absent: no final norm (timm's final_norm=False)
+        x = layer_norm(x, p["Transformer/encoder_norm/scale"], p["Transformer/encoder_norm/bias"])
     if classifier == "map":
         x = map_head(x, p)
     else:

@@ -100,6 +100,25 @@ TIMM_FAMILIES = {
     "tanh GELU": (dict(act_layer="gelu_tanh"), "hub"),
     "headless": (dict(num_classes=0), "hub"),
     "headless gap + fc_norm": (dict(num_classes=0, class_token=False, global_pool="avg"), "hub"),
+    # timm's options of its plain ViT: qk_norm, embed_norm_layer, final_norm=False.
+    "qk_norm": (dict(qk_norm=True), "hub"),
+    "qk_norm, bare file": (dict(qk_norm=True), "file"),
+    "patch-embedding norm": (dict(embed_norm_layer="layernorm"), "hub"),
+    "patch-embedding norm, bare file": (dict(embed_norm_layer="layernorm"), "file"),
+    "no final norm": (dict(final_norm=False), "hub"),
+    "no final norm + avg pooling": (dict(final_norm=False, global_pool="avg"), "hub"),
+    # a bare file with a class token and no final norm does not say its pooling: given
+    "no final norm, bare file": (dict(final_norm=False), "file", dict(classifier="token")),
+    "qk_norm + patch-embedding norm + no final norm, gap": (
+        dict(
+            qk_norm=True,
+            embed_norm_layer="layernorm",
+            final_norm=False,
+            class_token=False,
+            global_pool="avg",
+        ),
+        "hub",
+    ),
 }
 
 
@@ -114,6 +133,9 @@ def test_timm_family(family, tmp_path):
     )
     assert model.approximate_gelu == (options.get("act_layer") == "gelu_tanh")
     assert model.fc_norm == (type(source.fc_norm).__name__ != "Identity")  # timm's own choice
+    assert model.qk_norm == options.get("qk_norm", False)
+    assert model.patch_embedding_norm == ("embed_norm_layer" in options)
+    assert model.final_norm == options.get("final_norm", True)
     if source.cls_token is not None and source.global_pool == "avg":
         assert model.classifier == "token_gap"
     _close(_keras_outputs(model), torch_forward(source, X))
@@ -135,6 +157,14 @@ def test_timm_bare_clip_file_from_its_shapes(tmp_path):
     assert tuple(model.patch_size) == (TINY["patch_size"],) * 2
     assert tuple(model.image_size) == (TINY["image_size"],) * 2
     _close(_keras_outputs(model), torch_forward(source, X))
+
+
+def test_timm_bare_file_without_final_norm_asks_for_its_pooling(tmp_path):
+    """A bare state dict of timm's final_norm=False with a class token shows no norm
+    that would tell 'token' from 'avg' pooling: one error names classifier."""
+    weights = _save_timm(timm_vit(2, final_norm=False, global_pool="avg"), tmp_path, "file")
+    with pytest.raises(CheckpointError, match=r"does not say classifier: .*pass classifier="):
+        keras_vit.from_weights(weights, **TINY)
 
 
 TRANSFORMERS_FAMILIES = {
@@ -223,6 +253,16 @@ WRITTEN = {
     "token + fc_norm": dict(fc_norm=True),
     "token_gap + fc_norm": dict(classifier="token_gap", fc_norm=True, approximate_gelu=False),
     "headless": dict(include_top=False),
+    "qk_norm": dict(qk_norm=True),
+    "patch-embedding norm": dict(patch_embedding_norm=True),
+    "no final norm": dict(final_norm=False),
+    "gap, no final norm, qk_norm, patch-embedding norm": dict(
+        classifier="gap",
+        final_norm=False,
+        qk_norm=True,
+        patch_embedding_norm=True,
+        approximate_gelu=False,
+    ),
 }
 
 
@@ -281,12 +321,16 @@ def test_written_for_transformers(case, tmp_path):
     )
 
 
+# The norms timm's plain ViT may add or leave out, which a written file must keep.
+NORMS = ("qk_norm", "patch_embedding_norm", "final_norm")
+
+
 def _same_arrays(model, again):
     params, again_params = (keras_vit.checkpoint.model_params(m) for m in (model, again))
     assert list(again_params) == list(params)
     for key, value in params.items():
         np.testing.assert_array_equal(again_params[key], value, err_msg=key)
-    for option in ("approximate_gelu", "layer_norm_epsilon", "fc_norm", "classifier"):
+    for option in ("approximate_gelu", "layer_norm_epsilon", "fc_norm", "classifier", *NORMS):
         assert getattr(again, option) == getattr(model, option), option
 
 
@@ -296,7 +340,8 @@ TIMM_REFUSED = {
     "distillation token": ("deit_tiny_distilled_patch16_224", dict()),
     # Registers, LayerScale, norm_pre, MAP and quick_gelu load: tests/test_interop_families.py.
     "position embeddings on register tokens": ("vit_tiny_patch16_224", dict(reg_tokens=2)),
-    "qk_norm": ("vit_tiny_patch16_224", dict(qk_norm=True)),
+    # qk_norm, embed_norm_layer='layernorm' and final_norm=False load (TIMM_FAMILIES).
+    "patch-embedding norm": ("vit_tiny_patch16_224", dict(embed_norm_layer="rmsnorm")),
     "attention pooling": ("vit_tiny_patch16_224", dict(global_pool="map")),  # beside a class token
     "activation": ("vit_tiny_patch16_224", dict(act_layer="silu")),
     "gated MLP": ("vit_giant_patch14_dinov2", dict()),  # SwiGLU

@@ -317,6 +317,14 @@ ENTRIES = [
         expected_num_trainable_weights=1,
     ),
     entry(
+        layers.PatchEmbedding,
+        dict(patch_size=4, hidden_size=8, norm_epsilon=1e-6),
+        "norm",
+        input_shape=(2, 12, 16, 3),
+        expected_output_shape=(2, 12, 8),
+        expected_num_trainable_weights=4,
+    ),
+    entry(
         layers.PositionEmbedding,
         dict(grid_size=(2, 3), num_prefix_tokens=1, embed_prefix_tokens=False),
         "patches-only",

@@ -1,11 +1,14 @@
 """VisionTransformer and the named builders."""
 
+import inspect
+
 import keras
 import numpy as np
 import pytest
 from tiny_models import tiny_vit
 
 import keras_vit
+from keras_vit import options
 
 # docs/design.md, "Variants": parameters with a 1000-class head at 224 px.
 PARAMS = {
@@ -240,3 +243,58 @@ def test_weights_go_through_the_one_entry_point(monkeypatch, tmp_path):
     ):
         tiny(weights=path)
     assert len(calls) == 4
+
+
+def test_every_option_is_in_the_signature_the_docstring_and_the_config():
+    """Each declared option (keras_vit/options.py) reaches the signature users and
+    `help()` see, its docstring entry, and (where its record says) the config."""
+    parameters = inspect.signature(keras_vit.VisionTransformer).parameters
+    assert list(parameters) == [option.name for option in options.OPTIONS]
+    positional = [
+        name for name, p in parameters.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ]
+    assert positional[:6] == [
+        "image_size",
+        "patch_size",
+        "hidden_size",
+        "mlp_dim",
+        "num_heads",
+        "num_layers",
+    ]
+    assert positional[-5:] == ["weights", "name", "dtype", "resnet", "stochastic_depth_rate"]
+    for option in options.OPTIONS:
+        assert f"\n        {option.name}: " in keras_vit.VisionTransformer.__doc__, option.name
+    config = tiny(approximate_gelu=False).get_config()
+    always = {o.name for o in options.OPTIONS if o.record == options.ALWAYS}
+    assert always <= set(config) and "qk_norm" not in config
+    assert not config["approximate_gelu"]
+    with pytest.raises(TypeError, match=r"VisionTransformer\(\): too many positional"):
+        keras_vit.VisionTransformer(*[None] * 18)
+
+
+def test_patch_embedding_norm_qk_norm_and_no_final_norm_against_numpy(rng):
+    """The three norms timm's plain ViT may add or leave out (patch_embedding_norm,
+    qk_norm, final_norm=False), each on its own and together, against the NumPy
+    reference (float64), random weights."""
+    from numpy_vit import vit_forward
+
+    x = rng.uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    cases = (
+        dict(patch_embedding_norm=True),
+        dict(qk_norm=True),
+        dict(final_norm=False),
+        dict(patch_embedding_norm=True, qk_norm=True, final_norm=False),
+    )
+    for case in cases:
+        model = keras_vit.VisionTransformer(16, 4, 8, 16, 2, 2, num_classes=3, **case)
+        for w in model.weights:
+            w.assign(rng.standard_normal(w.shape).astype("float32") * 0.5)
+        params = keras_vit.checkpoint.model_params(model)
+        assert ("embedding/norm/scale" in params) == case.get("patch_embedding_norm", False)
+        assert ("Transformer/encoder_norm/scale" in params) == case.get("final_norm", True)
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(model(x)),
+            vit_forward(params, x, num_layers=2),
+            atol=1e-5,
+            err_msg=str(case),
+        )

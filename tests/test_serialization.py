@@ -1,5 +1,6 @@
 """`.keras` round trips (safe_mode) and backend agreement."""
 
+import json
 import os
 import subprocess
 import sys
@@ -100,3 +101,91 @@ def test_mixed_policy_keeps_the_head_float32(rng):
     x = rng.uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
     model.jit_compile = False  # pinned: "auto" for bfloat16 depends on the CPU
     assert model.predict(x, verbose=0).dtype == np.float32
+
+
+# Configs as keras_vit wrote them before its options were declared in one place
+# (keras_vit/options.py; 4d24a44's get_config, JSON form as a `.keras` file holds it):
+# every family option, the optional keys (preprocessing, pooling, input_shape, resnet,
+# dtype) and both records of the family options (always, only where set).
+WRITTEN_CONFIGS = [
+    {
+        "name": "vit",
+        "trainable": True,
+        "image_size": [16, 16],
+        "channels": 3,
+        "patch_size": [8, 8],
+        "hidden_size": 16,
+        "mlp_dim": 32,
+        "num_heads": 2,
+        "num_layers": 2,
+        "classifier": "gap",
+        "representation_size": None,
+        "num_classes": 3,
+        "include_top": True,
+        "classifier_activation": "softmax",
+        "dropout_rate": 0.0,
+        "attention_dropout_rate": 0.0,
+        "stochastic_depth_rate": 0.0,
+        "approximate_gelu": False,
+        "layer_norm_epsilon": 1e-06,
+        "fc_norm": False,
+        "layer_scale_init": 1e-05,
+        "num_registers": 2,
+        "absolute_position_embedding": False,
+        "rope": {
+            "kind": "axial",
+            "temperature": 100.0,
+            "grid_indexing": "ij",
+            "rotate_half": False,
+            "reference_grid": None,
+        },
+        "qk_norm": True,
+        "gated_mlp": True,
+        "mlp_norm": True,
+        "preprocessing": {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+        "dtype": {
+            "module": "keras",
+            "class_name": "DTypePolicy",
+            "config": {"name": "mixed_bfloat16"},
+            "registered_name": None,
+        },
+    },
+    {
+        "name": "tower",
+        "trainable": False,
+        "image_size": [32, 32],
+        "channels": 1,
+        "patch_size": [4, 4],
+        "hidden_size": 16,
+        "mlp_dim": 32,
+        "num_heads": 2,
+        "num_layers": 2,
+        "classifier": "token",
+        "representation_size": 8,
+        "num_classes": 1000,
+        "include_top": False,
+        "classifier_activation": None,
+        "dropout_rate": 0.0,
+        "attention_dropout_rate": 0.0,
+        "stochastic_depth_rate": 0.0,
+        "approximate_gelu": True,
+        "layer_norm_epsilon": 1e-05,
+        "fc_norm": True,
+        "position_embedding_for_class_token": False,
+        "pre_norm": True,
+        "quick_gelu": True,
+        "patch_embedding_bias": False,
+        "pooling": None,
+        "input_shape": [None, None, 1],
+        "resnet": {"num_layers": [], "width_factor": 1},
+    },
+]
+
+
+def test_configs_written_before_load_as_the_same_model():
+    """A config as keras_vit wrote it before loads, and writes itself back
+    unchanged: `.keras` files saved before stay loadable."""
+    for written in WRITTEN_CONFIGS:
+        model = keras_vit.VisionTransformer.from_config(written)
+        assert json.loads(json.dumps(model.get_config())) == written
+        assert model.rope == written.get("rope") and model.channels == written["channels"]

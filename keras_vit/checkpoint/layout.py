@@ -20,7 +20,8 @@ def model_variables(model):
         'Transformer/registers' (1, R, D), 'Transformer/encoder_prenorm/...',
         '.../LayerScale_1/scale' and '.../LayerScale_3/scale' (D,) in each
         block, big_vision's 'MAPHead_0/...' (probe (1, 1, D), its attention,
-        LayerNorm_0, MlpBlock_0); no 'embedding/bias' without a patch bias. Shapes are those of the checkpoint: ResNet
+        LayerNorm_0, MlpBlock_0); no 'embedding/bias' without a patch bias;
+        'embedding/norm/scale' and '/bias' (D,) with a patch-embedding norm. Shapes are those of the checkpoint: ResNet
         `conv_root/kernel` and `block{s}/unit{u}/conv*/kernel` (kh, kw, in, out),
         GroupNorm `gn*/scale` and `gn*/bias` (C,), `embedding/kernel` (P, P, C, D),
         attention `query/kernel` (D, heads, head_dim), `out/kernel`
@@ -31,6 +32,8 @@ def model_variables(model):
     names["embedding/kernel"] = embedding.kernel
     if embedding.bias is not None:  # CLIP's patch embedding has none
         names["embedding/bias"] = embedding.bias
+    if embedding.norm is not None:  # timm's embed_norm_layer
+        names.update(_norm("embedding/norm", embedding.norm))
     if has_class_token(model.classifier):
         names["cls"] = model.get_layer("cls").cls
     encoder = model.get_layer("Transformer")

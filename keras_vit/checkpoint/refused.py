@@ -7,13 +7,14 @@ would give other logits than the source's. `FEATURES` is the one list
 """
 
 from keras_vit.checkpoint.errors import CheckpointError
-from keras_vit.families import unwritable_options
+from keras_vit.families import ROTARY_FAMILY_OPTIONS, TIMM_ONLY_OPTIONS, unwritable_options
 
 FEATURES = {
     "distillation token": "DeiT's distilled models add a second token and head "
     "(dist_token, head_dist); keras_vit has one class token and one head",
-    "qk_norm": "LayerNorms on queries and keys (q_norm, k_norm) in timm's plain "
-    "VisionTransformer; keras_vit reads them (qk_norm=True) in timm eva.py's layout alone",
+    "qk_norm": "norms on queries and keys other than LayerNorms in every block (an "
+    "RMSNorm's weight without a bias, q_norm / k_norm in some blocks alone); keras_vit "
+    "reads timm's LayerNorm q_norm and k_norm (qk_norm=True)",
     "patch dropout": "dropping patch tokens in training (patch_drop_rate); keras_vit does not",
     "attention pooling": "an attention-pooling head other than big_vision's MAP "
     "(one probe token over tokens without a class token): several latents, "
@@ -31,10 +32,12 @@ FEATURES = {
     "the MLP's (attn_only_layer_scale); keras_vit scales both or neither",
     "pooling": "max / avg-max / no pooling (global_pool other than 'token', 'avg' and "
     "'map'); keras_vit pools by class token, mean or MAP",
-    "no final LayerNorm": "a model without a LayerNorm after the blocks "
-    "(final_norm=False); keras_vit has one, before or after pooling",
-    "patch-embedding norm": "a LayerNorm inside the patch embedding "
-    "(embed_norm_layer); keras_vit's patch embedding is the linear projection alone",
+    "no final LayerNorm": "an eva.py model without a LayerNorm after the blocks; "
+    "keras_vit reads timm's plain ViT with final_norm=False (final_norm=False)",
+    "patch-embedding norm": "a norm inside the patch embedding other than timm's "
+    "LayerNorm of epsilon 1e-6 in its plain ViT (an RMSNorm, another epsilon, or "
+    "one in eva.py's layout); keras_vit reads embed_norm_layer='layernorm' "
+    "(patch_embedding_norm=True)",
     "scaled norms": "extra LayerNorms inside the attention (scale_attn_norm, EVA-CLIP's "
     "attn.norm) or a gate on it; keras_vit has EVA-02's LayerNorm inside the MLP alone",
     "gated MLP": "a gated MLP in a plain timm ViT or DINOv2 (SwiGLUPacked fc1 of "
@@ -71,9 +74,9 @@ def refuse(origin, feature, evidence):
 
 def check_writable(model, layout):
     """Raises CheckpointError naming the options of `model` that the writer of
-    `layout` ("timm's", "transformers'") does not write: the rotary families'
-    (`keras_vit.families.unwritable_options`), which that layout would drop."""
-    options = unwritable_options(model)
+    `layout` (transformers') does not write: the rotary families' and those of
+    timm's plain ViT alone (`keras_vit.families`), which that layout would drop."""
+    options = unwritable_options(model, ROTARY_FAMILY_OPTIONS + TIMM_ONLY_OPTIONS)
     if options:
         raise CheckpointError(
             f"{model.name}: {', '.join(options)}: writing {layout} layout of these options "

@@ -15,14 +15,19 @@ beside it (`architecture`, `num_classes`, `global_pool`, `model_args`,
     blocks.{i}.attn.qkv (3D, D), .attn.proj       .../query, key, value (D, heads,
                                                   head_dim), out (heads, head_dim, D)
     blocks.{i}.mlp.fc1, .mlp.fc2                  .../MlpBlock_3/Dense_0, Dense_1
-    norm                                          Transformer/encoder_norm
+    norm                                          Transformer/encoder_norm (absent with
+                                                  fc_norm, and with final_norm=False)
     fc_norm                                       fc_norm (the LayerNorm after pooling)
     pre_logits.fc (R, D)                          pre_logits (files of timm < 0.6)
     head (K, D)                                   head (absent: a headless model)
 
-The families' keys (DeiT III, DINOv2, SigLIP, CLIP):
+The families' keys (DeiT III, DINOv2, SigLIP, CLIP) and timm's options of the plain
+ViT (qk_norm, embed_norm_layer, final_norm=False: no `norm` nor `fc_norm`):
 
     reg_token (1, R, D)                           Transformer/registers
+    patch_embed.norm (D,)                         embedding/norm (embed_norm_layer)
+    blocks.{i}.attn.q_norm, .k_norm (head_dim,)   .../MultiHeadDotProductAttention_1/
+                                                  query_norm, key_norm (qk_norm)
     norm_pre                                      Transformer/encoder_prenorm
     blocks.{i}.ls1.gamma, .ls2.gamma (D,)         .../LayerScale_1/scale, LayerScale_3/scale
     attn_pool.latent (1, 1, D)                    MAPHead_0/probe
@@ -62,6 +67,8 @@ from keras_vit.variants import variant_name
 
 # timm's VisionTransformer LayerNorms: partial(nn.LayerNorm, eps=1e-6), the official value.
 TIMM_LAYER_NORM_EPSILON = LAYER_NORM_EPSILON
+# timm's names of an embed_norm_layer that is its LayerNorm (epsilon 1e-6); None: none.
+EMBED_NORMS = (None, "layernorm")
 # timm's names of activations (`timm.layers.get_act_layer`): approximate_gelu.
 ACTIVATIONS = {None: False, "gelu": False, "gelu_tanh": True, "quick_gelu": False}
 # LayerNorm epsilon of timm's CLIP towers (partial(LayerNorm, eps=1e-5)).
@@ -109,7 +116,25 @@ _BLOCK_MODULES = {
     "mlp.fc1": "dense_0",
     "mlp.fc2": "dense_1",
 }
-_TOP_MODULES = ("patch_embed.proj", "norm", "fc_norm", "head", "pre_logits.fc", "norm_pre")
+_TOP_MODULES = (
+    "patch_embed.proj",
+    "patch_embed.norm",
+    "norm",
+    "fc_norm",
+    "head",
+    "pre_logits.fc",
+    "norm_pre",
+)
+# LayerNorms (weight and bias) outside the blocks: timm's module -> keras_vit's name.
+_TOP_NORMS = {
+    "patch_embed.norm": "embedding/norm",
+    "norm_pre": "Transformer/encoder_prenorm",
+    "norm": "Transformer/encoder_norm",
+    "fc_norm": "fc_norm",
+}
+# Per block, timm's qk_norm: module -> keras_vit's name under the block's attention.
+_QK_NORMS = {"attn.q_norm": "query_norm", "attn.k_norm": "key_norm"}
+_ATTENTION = "MultiHeadDotProductAttention_1/"
 _TOP_TENSORS = ("cls_token", "pos_embed", "reg_token")
 # Per block, beside _BLOCK_MODULES: LayerScale (timm's `ls1`, `ls2`).
 _LAYER_SCALES = {"ls1.gamma": "LayerScale_1", "ls2.gamma": "LayerScale_3"}
@@ -133,11 +158,9 @@ _ATTN_POOL_KEYS = frozenset(
 # Keys (patterns) of features refused by name, and the feature.
 _REFUSED_KEYS = (
     (re.compile(r"^(dist_token|head_dist\.)"), "distillation token"),
-    (re.compile(r"\.attn\.[qk]_norm\."), "qk_norm"),
     (re.compile(r"^attn_pool\.([qk]_norm|pos_embed)"), "attention pooling"),
     (re.compile(r"(^|\.)rope\."), "rotary position embeddings"),
     (re.compile(r"^patch_embed\.backbone\."), "hybrid ResNet"),
-    (re.compile(r"^patch_embed\.norm\."), "patch-embedding norm"),
     (re.compile(r"\.(attn|mlp)\.norm\."), "scaled norms"),
     (re.compile(r"\.mlp\.(fc1_[gx]|w12|w3)\."), "gated MLP"),
 )
@@ -207,8 +230,7 @@ def open_state(origin, state, config=None, arch=None):
     has_cls = "cls_token" in state
     attention_pool = "attn_pool.latent" in state
     fc_norm = "fc_norm.weight" in state
-    if "norm.weight" not in state and not fc_norm:
-        refuse(origin, "no final LayerNorm", "neither 'norm' nor 'fc_norm'")
+    final_norm = "norm.weight" in state or fc_norm  # timm's final_norm=False: neither
     pool = _global_pool(config, model_args, has_cls, fc_norm, attention_pool)
     if pool == "map" and (has_cls or not attention_pool):
         refuse(
@@ -221,6 +243,12 @@ def open_state(origin, state, config=None, arch=None):
     undetermined = {}
     if config is None:  # a bare state dict: what its shape says, where it says it
         model_args, undetermined = _inferred_model_args(state, pool)
+        if not final_norm and has_cls and not attention_pool:
+            undetermined["classifier"] = (
+                "without config.json and without a final LayerNorm, its pooling is not "
+                "shown: timm's final_norm=False model pools the class token "
+                "(classifier='token') or the patches' mean (classifier='token_gap')"
+            )
     act = model_args.get("act_layer")
     if act not in ACTIVATIONS:
         refuse(origin, "activation", f"act_layer={act!r}")
@@ -256,6 +284,9 @@ def open_state(origin, state, config=None, arch=None):
         "pre_norm": "norm_pre.weight" in state,
         "quick_gelu": act == "quick_gelu",
         "patch_embedding_bias": "patch_embed.proj.bias" in state,
+        "patch_embedding_norm": "patch_embed.norm.weight" in state,
+        "qk_norm": "blocks.0.attn.q_norm.weight" in state,
+        "final_norm": final_norm,
         "preprocessing": preprocessing_of(origin, config),
         "posemb_resize": TIMM,  # timm's resample_abs_pos_embed
     }
@@ -321,9 +352,10 @@ def to_params(state, num_heads, no_embed_class=False):
     if "reg_token" in state:
         params["Transformer/registers"] = state["reg_token"]
     params["Transformer/posembed_input/pos_embedding"] = posemb
-    if "norm_pre.weight" in state:
-        params["Transformer/encoder_prenorm/scale"] = state["norm_pre.weight"]
-        params["Transformer/encoder_prenorm/bias"] = state["norm_pre.bias"]
+    for module, name in _TOP_NORMS.items():
+        if f"{module}.weight" in state:
+            params[f"{name}/scale"] = state[f"{module}.weight"]
+            params[f"{name}/bias"] = state[f"{module}.bias"]
     for index in range(_num_blocks(state)):
         prefix = f"blocks.{index}."
         parts = {}
@@ -340,13 +372,11 @@ def to_params(state, num_heads, no_embed_class=False):
         for key, name in _LAYER_SCALES.items():
             if prefix + key in state:
                 params[f"{torch_layout.block_prefix(index)}{name}/scale"] = state[prefix + key]
-    for module, name in (
-        ("norm", "Transformer/encoder_norm"),
-        ("fc_norm", "fc_norm"),
-    ):
-        if f"{module}.weight" in state:
-            params[f"{name}/scale"] = state[f"{module}.weight"]
-            params[f"{name}/bias"] = state[f"{module}.bias"]
+        for module, name in _QK_NORMS.items():
+            if f"{prefix}{module}.weight" in state:
+                name = f"{torch_layout.block_prefix(index)}{_ATTENTION}{name}"
+                params[f"{name}/scale"] = state[f"{prefix}{module}.weight"]
+                params[f"{name}/bias"] = state[f"{prefix}{module}.bias"]
     if "attn_pool.latent" in state:
         params.update(_attention_pool_params(state, num_heads))
     params.update(
@@ -403,9 +433,10 @@ def from_params(params):
     if "Transformer/registers" in params:
         state["reg_token"] = params["Transformer/registers"]
     state["pos_embed"] = posemb
-    if "Transformer/encoder_prenorm/scale" in params:
-        state["norm_pre.weight"] = params["Transformer/encoder_prenorm/scale"]
-        state["norm_pre.bias"] = params["Transformer/encoder_prenorm/bias"]
+    for module, name in _TOP_NORMS.items():
+        if f"{name}/scale" in params:
+            state[f"{module}.weight"] = params[f"{name}/scale"]
+            state[f"{module}.bias"] = params[f"{name}/bias"]
     for index in range(torch_layout.num_blocks(params)):
         parts = torch_layout.block_parts(params, index)
         prefix = f"blocks.{index}."
@@ -420,10 +451,11 @@ def from_params(params):
             scale = params.get(f"{torch_layout.block_prefix(index)}{name}/scale")
             if scale is not None:
                 state[prefix + key] = scale
-    for name, module in (("Transformer/encoder_norm", "norm"), ("fc_norm", "fc_norm")):
-        if f"{name}/scale" in params:
-            state[f"{module}.weight"] = params[f"{name}/scale"]
-            state[f"{module}.bias"] = params[f"{name}/bias"]
+        for module, name in _QK_NORMS.items():
+            name = f"{torch_layout.block_prefix(index)}{_ATTENTION}{name}"
+            if f"{name}/scale" in params:
+                state[f"{prefix}{module}.weight"] = params[f"{name}/scale"]
+                state[f"{prefix}{module}.bias"] = params[f"{name}/bias"]
     if f"{MAP_HEAD}probe" in params:
         state.update(_attention_pool_state(params))
     if "head/kernel" in params:
@@ -512,6 +544,12 @@ def timm_config(model):
         model_args["init_values"] = float(model.layer_scale_init)
     clip = float(model.layer_norm_epsilon) == CLIP_LAYER_NORM_EPSILON
     model_args["pre_norm"] = bool(getattr(model, "pre_norm", False))
+    if getattr(model, "qk_norm", False):
+        model_args["qk_norm"] = True
+    if getattr(model, "patch_embedding_norm", False):  # timm's LayerNorm: epsilon 1e-6
+        model_args["embed_norm_layer"] = "layernorm"
+    if not getattr(model, "final_norm", True):
+        model_args["final_norm"] = False
     architecture = TIMM_NAMES.get(variant_name(arch), DEFAULT_NAME)
     if clip:  # the architecture whose norm_layer has CLIP's epsilon
         quick = getattr(model, "quick_gelu", False)
@@ -559,6 +597,11 @@ def _check_expressible(model):
         raise CheckpointError(
             f"{name}: layer_norm_epsilon={epsilon}: timm's ViT LayerNorms use "
             f"{TIMM_LAYER_NORM_EPSILON} (its CLIP towers {CLIP_LAYER_NORM_EPSILON})."
+        )
+    if getattr(model, "patch_embedding_norm", False) and epsilon != TIMM_LAYER_NORM_EPSILON:
+        raise CheckpointError(
+            f"{name}: patch_embedding_norm with layer_norm_epsilon={epsilon}: timm's "
+            f"embed_norm_layer 'layernorm' has epsilon {TIMM_LAYER_NORM_EPSILON}."
         )
     pre_norm = bool(getattr(model, "pre_norm", False))
     if bool(getattr(model, "patch_embedding_bias", True)) == pre_norm:
@@ -609,10 +652,8 @@ def _check_keys(origin, state, model_args, config):
                 refuse(origin, feature, f"key '{key}'")
     for arg, feature, refused in (
         ("rope", "rotary position embeddings", lambda v: bool(v)),
-        ("qk_norm", "qk_norm", lambda v: bool(v)),
         ("patch_drop_rate", "patch dropout", lambda v: bool(v)),
-        ("final_norm", "no final LayerNorm", lambda v: v is False),
-        ("embed_norm_layer", "patch-embedding norm", lambda v: v is not None),
+        ("embed_norm_layer", "patch-embedding norm", lambda v: v not in EMBED_NORMS),
         ("scale_attn_norm", "scaled norms", lambda v: bool(v)),
         ("scale_mlp_norm", "scaled norms", lambda v: bool(v)),
         ("pos_embed", "no learned position embedding", lambda v: v != "learn"),
@@ -635,6 +676,8 @@ def _check_keys(origin, state, model_args, config):
         ):
             continue
         if m and m.group(2) in _LAYER_SCALES:
+            continue
+        if m and m.group(2).rpartition(".")[0] in _QK_NORMS:
             continue
         if key in _ATTN_POOL_KEYS:
             continue
@@ -675,6 +718,30 @@ def _check_keys(origin, state, model_args, config):
         if has_weight != has_bias:
             missing = f"{module}.bias" if has_weight else f"{module}.weight"
             raise CheckpointError(f"{origin}: key '{missing}' is missing.")
+    _check_new_norms(origin, state, model_args, blocks)
+
+
+def _check_new_norms(origin, state, model_args, blocks):
+    """The patch-embedding norm and qk_norm as keras_vit computes them: LayerNorms
+    (weight and bias; an RMSNorm's weight alone is refused, naming its key) of
+    timm's epsilon, q_norm and k_norm in every block or in none."""
+    epsilon = float(model_args.get("layer_norm_epsilon", TIMM_LAYER_NORM_EPSILON))
+    embed_norm = [f"patch_embed.norm.{part}" for part in ("weight", "bias")]
+    present = [key for key in embed_norm if key in state]
+    if present and present != embed_norm:
+        refuse(origin, "patch-embedding norm", f"key '{present[0]}'")
+    if present and epsilon != TIMM_LAYER_NORM_EPSILON:  # timm's 'layernorm' has 1e-6
+        refuse(origin, "patch-embedding norm", f"beside LayerNorms of epsilon {epsilon}")
+    with_qk = []
+    for index in range(blocks):
+        keys = [f"blocks.{index}.{m}.{part}" for m in _QK_NORMS for part in ("weight", "bias")]
+        present = [key for key in keys if key in state]
+        if present and present != keys:
+            refuse(origin, "qk_norm", f"key '{present[0]}'")
+        if present:
+            with_qk.append(index)
+    if with_qk and len(with_qk) != blocks:
+        refuse(origin, "qk_norm", f"q_norm and k_norm in blocks {with_qk} of {blocks} alone")
 
 
 def _num_blocks(state):

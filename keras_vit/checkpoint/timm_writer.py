@@ -1,11 +1,13 @@
 """`save_timm`: a keras_vit model as a timm checkpoint, in the layout of the timm
-model that computes it: timm's `VisionTransformer` (`timm_format`) or, for the
-rotary families' options, timm's eva.py `Eva` (`timm_eva`)."""
+model that computes it: timm's `VisionTransformer` (`timm_format`; qk_norm, the
+patch-embedding norm and final_norm=False included) or, for the rotary families'
+options, timm's eva.py `Eva` (`timm_eva`)."""
 
 import os
 
 from keras_vit.checkpoint import layout, state_dict, timm_eva, timm_format
-from keras_vit.families import unwritable_options
+from keras_vit.checkpoint.errors import CheckpointError
+from keras_vit.families import PLAIN_TIMM_ONLY_OPTIONS, unwritable_options
 
 
 def save_timm(model, path):
@@ -26,7 +28,14 @@ def save_timm(model, path):
         CheckpointError: a model timm cannot express (named).
     """
     params = layout.model_params(model)
-    if unwritable_options(model):
+    rotary = unwritable_options(model)
+    if rotary:
+        plain_only = unwritable_options(model, PLAIN_TIMM_ONLY_OPTIONS)
+        if plain_only:
+            raise CheckpointError(
+                f"{model.name}: {', '.join(plain_only)} beside {', '.join(rotary)}: timm's "
+                "eva.py layout has no such layer; save the model as a .keras file (model.save)."
+            )
         config, state = timm_eva.eva_config(model), timm_eva.eva_state(params, model)
     else:
         config, state = timm_format.timm_config(model), timm_format.from_params(params)

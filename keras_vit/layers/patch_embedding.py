@@ -25,7 +25,9 @@ class PatchEmbedding(keras.layers.Layer):
 
     Weights: `kernel` (P, P, channels, hidden_size) (HWIO, the checkpoint's
     layout), `bias` (hidden_size,); no bias with `use_bias=False` (CLIP's patch
-    embedding has none).
+    embedding has none). With `norm_epsilon` (a number), a LayerNorm `norm` of
+    that epsilon on each token after the projection (timm's embed_norm_layer),
+    its gamma and beta (hidden_size,); the patch map is normalised too.
     """
 
     def __init__(
@@ -35,10 +37,19 @@ class PatchEmbedding(keras.layers.Layer):
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
         use_bias=True,
+        norm_epsilon=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.use_bias = bool(use_bias)
+        self.norm_epsilon = None if norm_epsilon is None else float(norm_epsilon)
+        self.norm = (
+            None
+            if norm_epsilon is None
+            else keras.layers.LayerNormalization(
+                epsilon=self.norm_epsilon, name="norm", dtype=self.dtype_policy
+            )
+        )
         self.patch_size = to_pair(patch_size, "patch_size")
         self.hidden_size = int(hidden_size)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -58,6 +69,8 @@ class PatchEmbedding(keras.layers.Layer):
             if self.use_bias
             else None
         )
+        if self.norm is not None:
+            self.norm.build((None, None, None, self.hidden_size))
 
     def grid_size(self, image_size):
         """(rows, cols) of patches for an (height, width) image."""
@@ -77,6 +90,8 @@ class PatchEmbedding(keras.layers.Layer):
         x = ops.conv(images, self.kernel, strides=self.patch_size, padding="valid")
         if self.bias is not None:
             x = x + self.bias
+        if self.norm is not None:
+            x = self.norm(x)
         shape = ops.shape(x)
         tokens = ops.reshape(x, (-1, shape[1] * shape[2], self.hidden_size))
         return (tokens, x) if return_map else tokens
@@ -109,6 +124,8 @@ class PatchEmbedding(keras.layers.Layer):
                 "use_bias": self.use_bias,
             }
         )
+        if self.norm_epsilon is not None:  # absent: no norm (configs written before it)
+            config["norm_epsilon"] = self.norm_epsilon
         return config
 
 
