@@ -5,7 +5,8 @@ tests/torch_stage.txt: KERAS_BACKEND=torch, timm and transformers installed).
 timm's model of each architecture (pretrained=False, two blocks of its width) takes
 the random state dict of tests/numpy_eva.py strictly (so that the main pass's
 files, tests/test_rope_families.py, are timm's own layout); its `state_dict()` saved
-to a bare .safetensors and loaded by `keras_vit.from_weights(path)` alone gives
+to a bare .safetensors named after it (DINOv3's _qkvb keys are LingBot-Vision's too:
+the name tells them apart) and loaded by `keras_vit.from_weights(path)` alone gives
 timm's logits within 1e-5, float32; so does the NumPy reference; and at another
 resolution, against timm made at that resolution (`image_size=`).
 """
@@ -61,10 +62,10 @@ def test_timm_family(family, tmp_path):
     import safetensors.torch
 
     source = _timm(family, IMAGE_SIZE)
-    path = os.path.join(tmp_path, "model.safetensors")
+    # named after its architecture: DINOv3's _qkvb keys are LingBot-Vision's too
+    path = os.path.join(tmp_path, f"{family}.safetensors")
     safetensors.torch.save_file(source.state_dict(), path)
-    given = {"classifier": "token_gap"} if FAMILIES[family].get("undetermined") else {}
-    model = keras_vit.from_weights(path, **given)
+    model = keras_vit.from_weights(path)
     theirs = torch_forward(source, X)
     _close(keras.ops.convert_to_numpy(model(X)), theirs)
     # the NumPy reference of the main pass, against timm
@@ -75,7 +76,7 @@ def test_timm_family(family, tmp_path):
     patch = spec["sizes"]["patch"]
     other = (5 * patch, 7 * patch)
     x = images(2, *other, seed=6)
-    resized = keras_vit.from_weights(path, image_size=other, **given)
+    resized = keras_vit.from_weights(path, image_size=other)
     _close(keras.ops.convert_to_numpy(resized(x)), torch_forward(_timm(family, other), x))
 
 

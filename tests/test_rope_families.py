@@ -29,11 +29,13 @@ X_OTHER = images(2, 80, 112, seed=4)
 ROTARY_ALONE = sorted(f for f, s in FAMILIES.items() if "pos_embed" not in s["state"])
 
 
-def _saved(family, tmp_path):
+def _saved(family, tmp_path, name=None):
+    """`family`'s random state dict, saved as `name` (default: named after the
+    architecture, '<family>.safetensors', as a file named after its timm model)."""
     from safetensors.numpy import save_file
 
     state = random_eva_state(**state_options(family))
-    path = os.path.join(tmp_path, f"{family}.safetensors")
+    path = os.path.join(tmp_path, name or f"{family}.safetensors")
     save_file(state, path)
     return state, path
 
@@ -50,9 +52,7 @@ def _check(model, family, state, x):
     return worst
 
 
-@pytest.mark.parametrize(
-    "family", sorted(f for f in FAMILIES if not FAMILIES[f].get("undetermined"))
-)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_bare_file_alone(family, tmp_path):
     state, path = _saved(family, tmp_path)
     model = keras_vit.from_weights(path)
@@ -61,23 +61,56 @@ def test_bare_file_alone(family, tmp_path):
     _check(model, family, state, X)
 
 
-@pytest.mark.parametrize("family", [f for f in ROTARY_ALONE if not FAMILIES[f].get("undetermined")])
+@pytest.mark.parametrize("family", ROTARY_ALONE)
 def test_bare_file_at_another_resolution(family, tmp_path):
     state, path = _saved(family, tmp_path)
     model = keras_vit.from_weights(path, image_size=X_OTHER.shape[1:3])
     _check(model, family, state, X_OTHER)
 
 
-def test_what_a_bare_file_cannot_tell_is_named(tmp_path):
-    """DINOv3's _qkvb keys are LingBot-Vision's too (which pools the class token):
-    one error naming the argument, then the argument settles it."""
-    family = "vit_small_patch16_dinov3_qkvb"
-    state, path = _saved(family, tmp_path)
-    with pytest.raises(CheckpointError, match="classifier") as error:
+@pytest.mark.parametrize("family", sorted(f for f in FAMILIES if "unnamed" in FAMILIES[f]))
+def test_what_an_unnamed_bare_file_cannot_tell_is_named(family, tmp_path):
+    """DINOv3's _qkvb keys are LingBot-Vision's too (which pools the class token): a
+    file named after neither gives one error naming the argument (and that a file
+    named after its architecture loads alone), then the argument settles it."""
+    state, path = _saved(family, tmp_path, "model.safetensors")
+    with pytest.raises(CheckpointError, match="pass classifier=") as error:
         keras_vit.from_weights(path)
     assert "\n" not in str(error.value)
-    model = keras_vit.from_weights(path, classifier="token_gap")
+    assert "vit_small_patch16_dinov3_qkvb.safetensors" in str(error.value)
+    model = keras_vit.from_weights(path, **FAMILIES[family]["unnamed"])
     _check(model, family, state, X)
+
+
+def test_a_path_names_the_architecture(tmp_path):
+    """The file's name, a folder's above it, huggingface_hub's cache folder: one
+    eva.py architecture named there is the file's; names of two say nothing; a name
+    its keys contradict is one error naming both."""
+    family = "vit_small_patch16_lingbot"
+    for name in (
+        "vit_small_patch16_lingbot.robbyant/model.safetensors",
+        "models--belfner--vit_small_patch16_lingbot.robbyant/snapshots/0a1b/model.safetensors",
+    ):
+        os.makedirs(os.path.dirname(tmp_path / name))
+        state, path = _saved(family, tmp_path, name)
+        assert keras_vit.from_weights(path).classifier == "token", name
+    os.makedirs(tmp_path / "vit_small_patch16_dinov3_qkvb.lvd1689m")
+    _, path = _saved(family, tmp_path, "vit_small_patch16_dinov3_qkvb.lvd1689m/model.safetensors")
+    assert keras_vit.from_weights(path).classifier == "token_gap"
+    _, path = _saved(
+        family,
+        tmp_path,
+        "vit_small_patch16_dinov3_qkvb.lvd1689m/vit_small_patch16_lingbot.safetensors",
+    )
+    with pytest.raises(CheckpointError, match="pass classifier="):
+        keras_vit.from_weights(path)
+    _, path = _saved(family, tmp_path, "vit_small_patch16_rope_224.safetensors")
+    with pytest.raises(
+        CheckpointError, match="names timm's 'vit_small_patch16_rope_224', but its keys"
+    ) as error:
+        keras_vit.from_weights(path)
+    assert "rope 'dinov3'" in str(error.value) and "rope 'axial'" in str(error.value)
+    assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("case", sorted(WRITTEN))

@@ -29,17 +29,22 @@ Layout (a state dict; the keys beside the plain timm ViT's, `timm_format`):
 
 What the keys cannot say (the rotary form, the LayerNorm epsilon, the pooling) is
 each architecture's (`ARCHITECTURES`: timm 1.0.31's eva.py), named by config.json
-where there is one (its model_args and global_pool win), else by the key pattern
-that only those architectures have (`_bare_architecture`); where architectures of
-one key pattern disagree, the argument is undetermined and named.
+where there is one (its model_args and global_pool win), else by the file's name or
+a folder's above it where exactly one family is named there
+('vit_small_patch16_dinov3_qkvb.safetensors', huggingface_hub's
+'models--timm--<model>.<tag>/snapshots/...': `hub_names.model_names`; keys of
+another family are an error naming both), else by the key pattern that only those
+architectures have (`_bare_architecture`); where architectures of one key pattern
+disagree (DINOv3's _qkvb models and LingBot-Vision: the pooling), the argument is
+undetermined and named.
 """
 
 import re
 
 import numpy as np
 
+from keras_vit.checkpoint import hub_names, timm_format, torch_layout
 from keras_vit.checkpoint import sizes as sizes_lib
-from keras_vit.checkpoint import timm_format, torch_layout
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.refused import refuse
 from keras_vit.layers.patch_embedding import to_pair
@@ -316,16 +321,62 @@ def _name(config):
 
 def _family(origin, state, name):
     """The architecture's settings (`ARCHITECTURES`) and what stays undetermined
-    ({argument: why}): by config.json's name, else by the keys (`_bare_architecture`)."""
+    ({argument: why}): by config.json's name, else by the name of the file or of a
+    folder above it (`_named_by_path`), checked against its keys, else by the keys
+    alone (`_bare_architecture`)."""
     if name:
-        for pattern, family in ARCHITECTURES:
-            if pattern.search(name):
-                return dict(family), {}
+        family = _architecture(name)
+        if family is None:
+            raise CheckpointError(
+                f"{origin}: config.json architecture {name!r} is none of timm's eva.py "
+                f"families keras_vit reads ({_READ})."
+            )
+        return family, {}
+    named = _named_by_path(origin)
+    if named is None:
+        return _bare_architecture(origin, state)
+    name, family = named
+    try:
+        by_keys, undetermined = _bare_architecture(origin, state)
+    except CheckpointError:  # a key pattern of no bare file: the name says it
+        return family, {}
+    if any(by_keys[k] != family[k] for k in by_keys if k not in undetermined):
         raise CheckpointError(
-            f"{origin}: config.json architecture {name!r} is none of timm's eva.py families "
-            "keras_vit reads (EVA-02, RoPE-ViT, DINOv3, LingBot, EVA-01)."
+            f"{origin}: its path names timm's {name!r}, but its keys are of another eva.py "
+            f"family ({_described(by_keys)}, not {_described(family)}); rename the file or "
+            "put its config.json beside it."
         )
-    return _bare_architecture(origin, state)
+    return family, {}
+
+
+_READ = "EVA-02, RoPE-ViT, DINOv3, LingBot, EVA-01"
+
+
+def _architecture(name):
+    """The settings of the first of `ARCHITECTURES` that matches the timm model `name`,
+    or None."""
+    return next((dict(family) for pattern, family in ARCHITECTURES if pattern.search(name)), None)
+
+
+def _named_by_path(origin):
+    """(name, settings) of the one eva.py family that the file's name or a folder's
+    above it names (`hub_names.model_names`: 'vit_small_patch16_dinov3_qkvb.safetensors',
+    huggingface_hub's 'models--timm--<model>.<tag>/snapshots/...'), else None: none,
+    or names of two families."""
+    named = {}
+    for name in hub_names.model_names(origin):
+        index = next((i for i, (p, _) in enumerate(ARCHITECTURES) if p.search(name)), None)
+        if index is not None:
+            named.setdefault(index, name)
+    if len(named) != 1:
+        return None
+    ((index, name),) = named.items()
+    return name, dict(ARCHITECTURES[index][1])
+
+
+def _described(family):
+    rope = family["rope"]["kind"] if family["rope"] else None
+    return f"rope {rope!r}, epsilon {family['epsilon']}, global_pool {family['pool']!r}"
 
 
 def _bare_architecture(origin, state):
@@ -353,7 +404,9 @@ def _bare_architecture(origin, state):
             return family, {
                 "pool": "DINOv3's _qkvb models pool the mean of the patches "
                 "(classifier='token_gap'), LingBot-Vision's of the same keys the class token "
-                "(classifier='token'), and no config.json beside it names which"
+                "(classifier='token'), and neither a config.json beside it nor its path "
+                "names which (a file named after its architecture loads alone too: "
+                "'vit_small_patch16_dinov3_qkvb.safetensors')"
             }
         return family, {}
     if has_pos and _gated(state):
@@ -365,7 +418,7 @@ def _bare_architecture(origin, state):
     raise CheckpointError(
         f"{origin}: its keys are of timm's eva.py blocks but of no architecture keras_vit "
         "reads without its config.json (EVA-02, RoPE-ViT, DINOv3, EVA-01); put timm's "
-        "config.json beside it."
+        "config.json beside it, or name the file after its architecture."
     )
 
 
