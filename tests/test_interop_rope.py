@@ -116,14 +116,19 @@ def test_transformers_dinov3_folder(gated, tmp_path):
     options = dict(use_gated_mlp=True, hidden_act="silu") if gated else {}
     source = _transformers_dinov3(7, **options)
     source.save_pretrained(str(tmp_path))
-    # headless (DINOv3ViTModel): its pooled features, as for the other families' files
-    model = keras_vit.from_weights(str(tmp_path), include_top=False)
+    # headless (DINOv3ViTModel, no classifier): the folder alone gives its pooled
+    # features, as any file that states it has no head
+    model = keras_vit.from_weights(str(tmp_path))
+    assert not model.include_top
     assert model.rope["kind"] == "dinov3" and model.gated_mlp == gated
     x = images(2, 32, 32, seed=8)
     _close(keras.ops.convert_to_numpy(model(x)), torch_forward(source, x))
     x = images(2, 40, 56, seed=9)  # transformers' DINOv3 takes any grid as it is
-    resized = keras_vit.from_weights(str(tmp_path), image_size=(40, 56), include_top=False)
+    resized = keras_vit.from_weights(str(tmp_path), image_size=(40, 56))
     _close(keras.ops.convert_to_numpy(resized(x)), torch_forward(source, x))
+    # a head asked for: a fresh one, on the same features
+    classifier = keras_vit.from_weights(str(tmp_path), include_top=True, classes=5)
+    assert classifier.include_top and classifier.num_classes == 5
 
 
 @pytest.mark.parametrize("case", sorted(WRITTEN))

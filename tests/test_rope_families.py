@@ -46,8 +46,9 @@ def _reference(family, state, x):
 
 
 def _check(model, family, state, x):
-    ours = keras.ops.convert_to_numpy(model(x))
-    worst = float(np.max(np.abs(ours - _reference(family, state, x))))
+    ours, theirs = keras.ops.convert_to_numpy(model(x)), _reference(family, state, x)
+    assert ours.shape == theirs.shape, (family, ours.shape, theirs.shape)
+    worst = float(np.max(np.abs(ours - theirs)))
     assert worst <= TOLERANCE, (family, worst)
     return worst
 
@@ -111,6 +112,25 @@ def test_a_path_names_the_architecture(tmp_path):
         keras_vit.from_weights(path)
     assert "rope 'dinov3'" in str(error.value) and "rope 'axial'" in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_a_headless_bare_file_gives_its_features(tmp_path):
+    """A state dict without 'head' keys (timm's num_classes=0, as DINOv3's and
+    EVA-02's published files) states it has no head: the file alone builds the
+    headless model, whose output is the reference's pooled features; a head asked
+    for (include_top=True / classes=) is a fresh one of that width."""
+    from safetensors.numpy import save_file
+
+    family = "vit_small_patch16_dinov3"
+    state = random_eva_state(**state_options(family), num_classes=0)
+    path = os.path.join(tmp_path, f"{family}.safetensors")
+    save_file(state, path)
+    model = keras_vit.from_weights(path)
+    assert not model.include_top
+    _check(model, family, state, X)
+    for asked in (dict(include_top=True, classes=5), dict(num_classes=5)):
+        classifier = keras_vit.from_weights(path, **asked)
+        assert classifier.include_top and classifier.num_classes == 5, asked
 
 
 @pytest.mark.parametrize("case", sorted(WRITTEN))
