@@ -86,7 +86,6 @@ REFUSED_ARCHITECTURES = (
 EVA_HEADS = {192: 3, 384: 6, 512: 8, 640: 10, 768: 12, 1024: 16, 1280: 20, 1408: 16, 1536: 24}
 EVA_HEADS[4096] = 32
 
-_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
 _BLOCK_KEYS = re.compile(
     r"^(norm[12]\.(weight|bias)|attn\.(qkv|proj|[qkv]_proj)\.(weight|bias)|attn\.[qv]_bias"
     r"|attn\.[qk]_norm\.(weight|bias)|gamma_[12]|mlp\.(fc1|fc1_g|fc1_x|fc2|norm)\.(weight|bias))$"
@@ -204,7 +203,7 @@ def open_state(origin, state, config=None, arch=None):
         "hidden_size": hidden,
         "mlp_dim": int(dense_0.shape[0] // (2 if gated else 1)),
         "num_heads": heads,
-        "num_layers": _num_blocks(state),
+        "num_layers": timm_format.num_blocks(state),
     }
     meta["sizes"] = shown
     if undetermined:
@@ -240,7 +239,7 @@ def to_params(state, num_heads):
             params[f"{name}/scale"] = state[f"{module}.weight"]
             params[f"{name}/bias"] = state[f"{module}.bias"]
     params.update(torch_layout.dense_params(state, (("head", "head"),)))
-    for index in range(_num_blocks(state)):
+    for index in range(timm_format.num_blocks(state)):
         params.update(_block_params(state, index, num_heads))
     return params
 
@@ -495,11 +494,6 @@ def _heads(state, model_args, hidden):
     return EVA_HEADS.get(hidden)
 
 
-def _num_blocks(state):
-    indices = {int(m.group(1)) for key in state if (m := _BLOCK.match(key))}
-    return max(indices) + 1 if indices else 0
-
-
 def _check_keys(origin, state):
     """Refused features by key; then every key must be one of eva.py's blocks that
     keras_vit reads, and every block must have its parts."""
@@ -512,7 +506,8 @@ def _check_keys(origin, state):
     unknown = [
         key
         for key in state
-        if key not in _TOP_KEYS and not ((m := _BLOCK.match(key)) and _BLOCK_KEYS.match(m.group(2)))
+        if key not in _TOP_KEYS
+        and not ((m := timm_format.BLOCK.match(key)) and _BLOCK_KEYS.match(m.group(2)))
     ]
     if unknown:
         shown = ", ".join(unknown[:8]) + (
@@ -524,7 +519,7 @@ def _check_keys(origin, state):
     if "patch_embed.proj.weight" not in state:
         raise CheckpointError(f"{origin}: key 'patch_embed.proj.weight' is missing.")
     needed = ("norm1.weight", "norm2.weight", "attn.proj.weight", "mlp.fc2.weight")
-    for index in range(_num_blocks(state)):
+    for index in range(timm_format.num_blocks(state)):
         for part in needed:
             if f"blocks.{index}.{part}" not in state:
                 raise CheckpointError(f"{origin}: key 'blocks.{index}.{part}' is missing.")

@@ -99,7 +99,8 @@ TIMM_NAMES = {
 }
 DEFAULT_NAME = TIMM_NAMES["ViT_B16"]
 
-_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
+# A key of a block (timm's plain ViT and eva.py alike): its index and its key in the block.
+BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
 # A block's timm modules: role (torch_layout.BLOCK_ROLES) or the fused 'qkv'.
 _BLOCK_MODULES = {
     "norm1": "norm_1",
@@ -283,7 +284,7 @@ def open_state(origin, state, config=None, arch=None):
         "hidden_size": hidden,
         "mlp_dim": int(state["blocks.0.mlp.fc1.weight"].shape[0]),
         "num_heads": None if heads is None else int(heads),
-        "num_layers": _num_blocks(state),
+        "num_layers": num_blocks(state),
     }
     meta["sizes"] = shown
     if undetermined:  # no value stands for what the file does not say
@@ -324,7 +325,7 @@ def to_params(state, num_heads, no_embed_class=False):
     if "norm_pre.weight" in state:
         params["Transformer/encoder_prenorm/scale"] = state["norm_pre.weight"]
         params["Transformer/encoder_prenorm/bias"] = state["norm_pre.bias"]
-    for index in range(_num_blocks(state)):
+    for index in range(num_blocks(state)):
         prefix = f"blocks.{index}."
         parts = {}
         for module, role in _BLOCK_MODULES.items():
@@ -625,7 +626,7 @@ def _check_keys(origin, state, model_args, config):
     known.update(_TOP_TENSORS)
     unknown = []
     for key in state:
-        m = _BLOCK.match(key)
+        m = BLOCK.match(key)
         if key in known:
             continue
         if (
@@ -654,7 +655,7 @@ def _check_keys(origin, state, model_args, config):
             f"'blocks.0.mlp.fc1.weight' {tuple(fc1.shape)} and 'blocks.0.mlp.fc2.weight' "
             f"{tuple(fc2.shape)}",
         )
-    blocks = _num_blocks(state)
+    blocks = num_blocks(state)
     for index in range(blocks):
         for module in _BLOCK_MODULES:
             if f"blocks.{index}.{module}.weight" not in state:
@@ -677,8 +678,9 @@ def _check_keys(origin, state, model_args, config):
             raise CheckpointError(f"{origin}: key '{missing}' is missing.")
 
 
-def _num_blocks(state):
-    indices = {int(m.group(1)) for key in state if (m := _BLOCK.match(key))}
+def num_blocks(state):
+    """How many blocks a timm state dict holds (its highest `BLOCK` index + 1)."""
+    indices = {int(m.group(1)) for key in state if (m := BLOCK.match(key))}
     return max(indices) + 1 if indices else 0
 
 
