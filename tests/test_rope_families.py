@@ -8,6 +8,7 @@ same generator's dicts into timm's own models, strictly), random weights at
 trained-like scales, two blocks of the architecture's width.
 """
 
+import json
 import os
 
 import keras
@@ -85,8 +86,8 @@ def test_what_an_unnamed_bare_file_cannot_tell_is_named(family, tmp_path):
 
 def test_a_path_names_the_architecture(tmp_path):
     """The file's name, a folder's above it, huggingface_hub's cache folder: one
-    eva.py architecture named there is the file's; names of two say nothing; a name
-    its keys contradict is one error naming both."""
+    eva.py architecture named there is the file's; names of two say nothing; a
+    config.json beside it wins; a name its keys contradict is one error naming both."""
     family = "vit_small_patch16_lingbot"
     for name in (
         "vit_small_patch16_lingbot.robbyant/model.safetensors",
@@ -95,16 +96,16 @@ def test_a_path_names_the_architecture(tmp_path):
         os.makedirs(os.path.dirname(tmp_path / name))
         state, path = _saved(family, tmp_path, name)
         assert keras_vit.from_weights(path).classifier == "token", name
-    os.makedirs(tmp_path / "vit_small_patch16_dinov3_qkvb.lvd1689m")
-    _, path = _saved(family, tmp_path, "vit_small_patch16_dinov3_qkvb.lvd1689m/model.safetensors")
-    assert keras_vit.from_weights(path).classifier == "token_gap"
-    _, path = _saved(
-        family,
-        tmp_path,
-        "vit_small_patch16_dinov3_qkvb.lvd1689m/vit_small_patch16_lingbot.safetensors",
-    )
+    folder = "vit_small_patch16_dinov3_qkvb.lvd1689m"
+    os.makedirs(tmp_path / folder)
+    _, named = _saved(family, tmp_path, f"{folder}/model.safetensors")
+    assert keras_vit.from_weights(named).classifier == "token_gap"
+    _, path = _saved(family, tmp_path, f"{folder}/vit_small_patch16_lingbot.safetensors")
     with pytest.raises(CheckpointError, match="pass classifier="):
         keras_vit.from_weights(path)
+    with open(tmp_path / folder / "config.json", "w") as f:
+        json.dump({"architecture": "vit_small_patch16_lingbot"}, f)
+    assert keras_vit.from_weights(named).classifier == "token"  # config.json over the path
     _, path = _saved(family, tmp_path, "vit_small_patch16_rope_224.safetensors")
     with pytest.raises(
         CheckpointError, match="names timm's 'vit_small_patch16_rope_224', but its keys"

@@ -75,6 +75,7 @@ ARCHITECTURES = (
     (re.compile(r"^eva02_(?!.*clip)"), _EVA02),
     (re.compile(r"^eva_giant_patch14_\d+$"), dict(rope=None, epsilon=1e-6, pool="avg")),
 )
+_READ = "EVA-02, RoPE-ViT, DINOv3, LingBot, EVA-01"  # ARCHITECTURES, as messages name them
 # eva.py's architectures keras_vit refuses, by name: what they compute otherwise.
 REFUSED_ARCHITECTURES = (
     (re.compile(r"^vit_pe_"), "rotary position embeddings", "Perception Encoder"),
@@ -346,9 +347,6 @@ def _family(origin, state, name):
             "put its config.json beside it."
         )
     return family, {}
-
-
-_READ = "EVA-02, RoPE-ViT, DINOv3, LingBot, EVA-01"
 
 
 def _architecture(name):
