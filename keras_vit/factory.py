@@ -61,8 +61,10 @@ def from_weights(weights, **arguments):
             constructor's defaults; where they leave `CHECKPOINT_DEFAULTS`
             open, the checkpoint's values are used. What a state dict cannot
             tell and no published model of its shape settles (its heads, a CLIP
-            tower's QuickGELU, ...: `keras_vit.checkpoint.sizes`) must be given. Another `num_classes` gives a
-            fresh zero head, another `image_size` resized position embeddings,
+            tower's QuickGELU, ...: `keras_vit.checkpoint.sizes`) must be given. A file
+            that states it has no head builds headless (its features) unless
+            `include_top=True`, `num_classes` or `classes` asks for one. Another
+            `num_classes` gives a fresh zero head, another `image_size` resized position embeddings,
             other `channels` an adapted RGB kernel. `posemb_resize` ('official',
             'timm', 'transformers') chooses how position embeddings are resized
             (default: as the file's own code, `keras_vit.checkpoint.load`).
@@ -115,9 +117,15 @@ def with_checkpoint_defaults(arguments, given, metadata):
     that `given` (`VisionTransformer.given_arguments(**arguments)`) leaves open.
 
     A checkpoint without pre_logits gives representation_size None; the other
-    keys are filled only where the checkpoint says them.
+    keys are filled only where the checkpoint says them. A checkpoint that states
+    it has no head (metadata include_top False: `keras_vit.checkpoint.metadata`)
+    gives a headless model (its features) unless the arguments ask for a head
+    (include_top, num_classes or classes given).
     """
     arguments = dict(arguments)
+    asks_for_head = "include_top" in arguments or given["num_classes"] is not None
+    if metadata.get("include_top") is False and not asks_for_head:
+        arguments["include_top"] = False
     for key in CHECKPOINT_DEFAULTS:
         if key == "representation_size":
             if given[key] is NOT_GIVEN:

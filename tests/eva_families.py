@@ -23,6 +23,7 @@ _DINOV3 = dict(
         rope=_DINOV3_ROPE,
     ),
 )
+_QKVB = dict(registers=4, qkv="q_v_bias", layer_scale=True)
 _ROPE_VIT = dict(
     sizes=dict(hidden=384, heads=6, mlp_dim=1536, patch=16),
     state=dict(qkv="fused_bias", layer_scale=True),
@@ -43,11 +44,19 @@ _EVA02_ROPE = dict(
 FAMILIES = {
     "vit_small_patch16_dinov3": _DINOV3,
     # q_bias / v_bias: LingBot-Vision has the same keys and pools the class token; a
-    # bare file of them does not say which (its config.json does).
+    # bare file of them does not say which: its config.json does, or its name
+    # (`unnamed`: the argument a file named otherwise must be given).
     "vit_small_patch16_dinov3_qkvb": {
         **_DINOV3,
-        "state": dict(registers=4, qkv="q_v_bias", layer_scale=True),
-        "undetermined": "classifier",
+        "state": _QKVB,
+        "unnamed": {"classifier": "token_gap"},
+    },
+    "vit_small_patch16_lingbot": {
+        **_DINOV3,
+        "state": _QKVB,
+        "forward": {**_DINOV3["forward"], "pool": "token"},
+        "options": {**_DINOV3["options"], "classifier": "token"},
+        "unnamed": {"classifier": "token"},
     },
     "eva02_tiny_patch14_224": dict(
         sizes=dict(hidden=192, heads=3, mlp_dim=512, patch=14),

@@ -166,6 +166,34 @@ def test_the_check_after_export_catches_a_file_that_computes_something_else(vit,
         )
 
 
+# The rotary families' OUTPUT_CASES (DINOv3's rotary embeddings, storage tokens and a
+# softmax head; EVA-02's SwiGLU with RoPE-ViT's learned frequencies and qk-norm, its
+# features), as the SavedModel, TFLite and ONNX tests export every case.
+ROTARY_CASES = sorted(case for case, spec in et.OUTPUT_CASES.items() if spec[0].get("rope"))
+
+
+@needs_openvino
+@pytest.mark.parametrize("case", ROTARY_CASES)
+def test_rotary_families_export_within_their_parity_check(case, tmp_path):
+    """The file's own check (its parity report: OpenVINO's main output against the
+    Keras model's on the probe images, `check_file`) passes at float32, and the file
+    follows the Keras model on other pixels within the ONNX file's bound."""
+    _, _, output, shape = et.OUTPUT_CASES[case]
+    model = et.output_case_model(case)
+    path = str(tmp_path / f"{case}.xml")
+    exported = openvino_export.export_keras_model(model, path)
+    assert exported["outputs"] == [output]
+    check = exported["check"]
+    assert check["output"] == output and check["probe_images"] > 0
+    assert check["max_abs_delta"] <= check["bound"]
+    pixels = et.random_pixels(6, (16, 16), model.channels)
+    expected = et.keras_outputs(model, pixels)
+    assert expected.shape == (6, *shape)
+    scale = max(1.0, float(np.abs(expected).max()))
+    produced = openvino_runtime.OpenVINOClassifier(path).predict(pixels)
+    np.testing.assert_allclose(produced, expected, rtol=0, atol=LOGIT_RTOL * scale)
+
+
 def test_bad_precisions_and_a_missing_dependency_are_refused(vit, monkeypatch, tmp_path):
     with pytest.raises(openvino_packages.ExportError, match="precision='int4': expected one of"):
         openvino_export.export_keras_model(vit, str(tmp_path / "x.xml"), "int4")

@@ -90,6 +90,26 @@ def _mlp_width(mlp):
     return mlp.fc1.out_features
 
 
+def test_a_local_path_names_the_timm_model_of_its_file(tmp_path):
+    """A file or folder named '<model>[.<tag>]', huggingface_hub's cache folder of a
+    published name (`cache_folder`, as `hub.fetch` finds it), names <model>; a name
+    without the form of a timm model's ('eva02_runs') names nothing."""
+    published = hub_names.lookup("DINOv3_S16", "lvd1689m").weights
+    repo = hub.repo_id(published)
+    cached = tmp_path / hub_names.cache_folder(repo) / "snapshots" / "0a1b" / "model.safetensors"
+    assert (
+        str(cached.parent.parent.parent.name) == "models--timm--vit_small_patch16_dinov3.lvd1689m"
+    )
+    assert hub_names.model_names(cached) == ["vit_small_patch16_dinov3"]
+    assert hub_names.model_names(
+        tmp_path / "eva02_runs" / "eva02_tiny_patch14_224.mim_in22k" / "eva02.safetensors"
+    ) == ["eva02_tiny_patch14_224"]
+    assert hub_names.model_names(tmp_path / "vit_small_patch16_lingbot.safetensors") == [
+        "vit_small_patch16_lingbot"
+    ]
+    assert hub_names.model_names(tmp_path / "eva02_runs" / "model.bin") == []
+
+
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="the torch stage runs it, with timm")
 def test_every_name_is_timms_checkpoint_of_the_builders_architecture():
     """timm's registry downloads each name's repository for that tag, and builds (on

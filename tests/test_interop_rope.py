@@ -5,7 +5,8 @@ tests/torch_stage.txt: KERAS_BACKEND=torch, timm and transformers installed).
 timm's model of each architecture (pretrained=False, two blocks of its width) takes
 the random state dict of tests/numpy_eva.py strictly (so that the main pass's
 files, tests/test_rope_families.py, are timm's own layout); its `state_dict()` saved
-to a bare .safetensors and loaded by `keras_vit.from_weights(path)` alone gives
+to a bare .safetensors named after it (DINOv3's _qkvb keys are LingBot-Vision's too:
+the name tells them apart) and loaded by `keras_vit.from_weights(path)` alone gives
 timm's logits within 1e-5, float32; so does the NumPy reference; and at another
 resolution, against timm made at that resolution (`image_size=`).
 """
@@ -61,10 +62,10 @@ def test_timm_family(family, tmp_path):
     import safetensors.torch
 
     source = _timm(family, IMAGE_SIZE)
-    path = os.path.join(tmp_path, "model.safetensors")
+    # named after its architecture: DINOv3's _qkvb keys are LingBot-Vision's too
+    path = os.path.join(tmp_path, f"{family}.safetensors")
     safetensors.torch.save_file(source.state_dict(), path)
-    given = {"classifier": "token_gap"} if FAMILIES[family].get("undetermined") else {}
-    model = keras_vit.from_weights(path, **given)
+    model = keras_vit.from_weights(path)
     theirs = torch_forward(source, X)
     _close(keras.ops.convert_to_numpy(model(X)), theirs)
     # the NumPy reference of the main pass, against timm
@@ -75,7 +76,7 @@ def test_timm_family(family, tmp_path):
     patch = spec["sizes"]["patch"]
     other = (5 * patch, 7 * patch)
     x = images(2, *other, seed=6)
-    resized = keras_vit.from_weights(path, image_size=other, **given)
+    resized = keras_vit.from_weights(path, image_size=other)
     _close(keras.ops.convert_to_numpy(resized(x)), torch_forward(_timm(family, other), x))
 
 
@@ -115,14 +116,19 @@ def test_transformers_dinov3_folder(gated, tmp_path):
     options = dict(use_gated_mlp=True, hidden_act="silu") if gated else {}
     source = _transformers_dinov3(7, **options)
     source.save_pretrained(str(tmp_path))
-    # headless (DINOv3ViTModel): its pooled features, as for the other families' files
-    model = keras_vit.from_weights(str(tmp_path), include_top=False)
+    # headless (DINOv3ViTModel, no classifier): the folder alone gives its pooled
+    # features, as any file that states it has no head
+    model = keras_vit.from_weights(str(tmp_path))
+    assert not model.include_top
     assert model.rope["kind"] == "dinov3" and model.gated_mlp == gated
     x = images(2, 32, 32, seed=8)
     _close(keras.ops.convert_to_numpy(model(x)), torch_forward(source, x))
     x = images(2, 40, 56, seed=9)  # transformers' DINOv3 takes any grid as it is
-    resized = keras_vit.from_weights(str(tmp_path), image_size=(40, 56), include_top=False)
+    resized = keras_vit.from_weights(str(tmp_path), image_size=(40, 56))
     _close(keras.ops.convert_to_numpy(resized(x)), torch_forward(source, x))
+    # a head asked for: a fresh one, on the same features
+    classifier = keras_vit.from_weights(str(tmp_path), include_top=True, classes=5)
+    assert classifier.include_top and classifier.num_classes == 5
 
 
 @pytest.mark.parametrize("case", sorted(WRITTEN))

@@ -8,6 +8,7 @@ same generator's dicts into timm's own models, strictly), random weights at
 trained-like scales, two blocks of the architecture's width.
 """
 
+import json
 import os
 
 import keras
@@ -29,11 +30,13 @@ X_OTHER = images(2, 80, 112, seed=4)
 ROTARY_ALONE = sorted(f for f, s in FAMILIES.items() if "pos_embed" not in s["state"])
 
 
-def _saved(family, tmp_path):
+def _saved(family, tmp_path, name=None):
+    """`family`'s random state dict, saved as `name` (default: named after the
+    architecture, '<family>.safetensors', as a file named after its timm model)."""
     from safetensors.numpy import save_file
 
     state = random_eva_state(**state_options(family))
-    path = os.path.join(tmp_path, f"{family}.safetensors")
+    path = os.path.join(tmp_path, name or f"{family}.safetensors")
     save_file(state, path)
     return state, path
 
@@ -44,15 +47,14 @@ def _reference(family, state, x):
 
 
 def _check(model, family, state, x):
-    ours = keras.ops.convert_to_numpy(model(x))
-    worst = float(np.max(np.abs(ours - _reference(family, state, x))))
+    ours, theirs = keras.ops.convert_to_numpy(model(x)), _reference(family, state, x)
+    assert ours.shape == theirs.shape, (family, ours.shape, theirs.shape)
+    worst = float(np.max(np.abs(ours - theirs)))
     assert worst <= TOLERANCE, (family, worst)
     return worst
 
 
-@pytest.mark.parametrize(
-    "family", sorted(f for f in FAMILIES if not FAMILIES[f].get("undetermined"))
-)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_bare_file_alone(family, tmp_path):
     state, path = _saved(family, tmp_path)
     model = keras_vit.from_weights(path)
@@ -61,23 +63,75 @@ def test_bare_file_alone(family, tmp_path):
     _check(model, family, state, X)
 
 
-@pytest.mark.parametrize("family", [f for f in ROTARY_ALONE if not FAMILIES[f].get("undetermined")])
+@pytest.mark.parametrize("family", ROTARY_ALONE)
 def test_bare_file_at_another_resolution(family, tmp_path):
     state, path = _saved(family, tmp_path)
     model = keras_vit.from_weights(path, image_size=X_OTHER.shape[1:3])
     _check(model, family, state, X_OTHER)
 
 
-def test_what_a_bare_file_cannot_tell_is_named(tmp_path):
-    """DINOv3's _qkvb keys are LingBot-Vision's too (which pools the class token):
-    one error naming the argument, then the argument settles it."""
-    family = "vit_small_patch16_dinov3_qkvb"
-    state, path = _saved(family, tmp_path)
-    with pytest.raises(CheckpointError, match="classifier") as error:
+@pytest.mark.parametrize("family", sorted(f for f in FAMILIES if "unnamed" in FAMILIES[f]))
+def test_what_an_unnamed_bare_file_cannot_tell_is_named(family, tmp_path):
+    """DINOv3's _qkvb keys are LingBot-Vision's too (which pools the class token): a
+    file named after neither gives one error naming the argument (and that a file
+    named after its architecture loads alone), then the argument settles it."""
+    state, path = _saved(family, tmp_path, "model.safetensors")
+    with pytest.raises(CheckpointError, match="pass classifier=") as error:
         keras_vit.from_weights(path)
     assert "\n" not in str(error.value)
-    model = keras_vit.from_weights(path, classifier="token_gap")
+    assert "vit_small_patch16_dinov3_qkvb.safetensors" in str(error.value)
+    model = keras_vit.from_weights(path, **FAMILIES[family]["unnamed"])
     _check(model, family, state, X)
+
+
+def test_a_path_names_the_architecture(tmp_path):
+    """The file's name, a folder's above it, huggingface_hub's cache folder: one
+    eva.py architecture named there is the file's; names of two say nothing; a
+    config.json beside it wins; a name its keys contradict is one error naming both."""
+    family = "vit_small_patch16_lingbot"
+    for name in (
+        "vit_small_patch16_lingbot.robbyant/model.safetensors",
+        "models--belfner--vit_small_patch16_lingbot.robbyant/snapshots/0a1b/model.safetensors",
+    ):
+        os.makedirs(os.path.dirname(tmp_path / name))
+        state, path = _saved(family, tmp_path, name)
+        assert keras_vit.from_weights(path).classifier == "token", name
+    folder = "vit_small_patch16_dinov3_qkvb.lvd1689m"
+    os.makedirs(tmp_path / folder)
+    _, named = _saved(family, tmp_path, f"{folder}/model.safetensors")
+    assert keras_vit.from_weights(named).classifier == "token_gap"
+    _, path = _saved(family, tmp_path, f"{folder}/vit_small_patch16_lingbot.safetensors")
+    with pytest.raises(CheckpointError, match="pass classifier="):
+        keras_vit.from_weights(path)
+    with open(tmp_path / folder / "config.json", "w") as f:
+        json.dump({"architecture": "vit_small_patch16_lingbot"}, f)
+    assert keras_vit.from_weights(named).classifier == "token"  # config.json over the path
+    _, path = _saved(family, tmp_path, "vit_small_patch16_rope_224.safetensors")
+    with pytest.raises(
+        CheckpointError, match="names timm's 'vit_small_patch16_rope_224', but its keys"
+    ) as error:
+        keras_vit.from_weights(path)
+    assert "rope 'dinov3'" in str(error.value) and "rope 'axial'" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_a_headless_bare_file_gives_its_features(tmp_path):
+    """A state dict without 'head' keys (timm's num_classes=0, as DINOv3's and
+    EVA-02's published files) states it has no head: the file alone builds the
+    headless model, whose output is the reference's pooled features; a head asked
+    for (include_top=True / classes=) is a fresh one of that width."""
+    from safetensors.numpy import save_file
+
+    family = "vit_small_patch16_dinov3"
+    state = random_eva_state(**state_options(family), num_classes=0)
+    path = os.path.join(tmp_path, f"{family}.safetensors")
+    save_file(state, path)
+    model = keras_vit.from_weights(path)
+    assert not model.include_top
+    _check(model, family, state, X)
+    for asked in (dict(include_top=True, classes=5), dict(num_classes=5)):
+        classifier = keras_vit.from_weights(path, **asked)
+        assert classifier.include_top and classifier.num_classes == 5, asked
 
 
 @pytest.mark.parametrize("case", sorted(WRITTEN))

@@ -19,7 +19,7 @@ at most 96 of them, and a safe path component (`cache.check_component`).
 import os
 import re
 
-from keras_vit.checkpoint import cache, state_dict
+from keras_vit.checkpoint import cache, hub_names, state_dict
 from keras_vit.checkpoint.download import DownloadError
 
 PREFIXES = ("hf://", "hf-hub:")
@@ -82,7 +82,7 @@ def fetch(weights):
         raise ImportError(
             f"weights={weights!r} needs huggingface_hub to download {repo}: {INSTALL}, {by_hand}."
         ) from e
-    where = os.path.join(constants.HF_HUB_CACHE, "models--" + repo.replace("/", "--"))
+    where = os.path.join(constants.HF_HUB_CACHE, hub_names.cache_folder(repo))
     try:
         folder = huggingface_hub.snapshot_download(
             repo, repo_type="model", allow_patterns=list(HUB_FILES)

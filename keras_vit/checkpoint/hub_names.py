@@ -32,6 +32,13 @@ What a name adds to its file (`HubName.arguments`): OpenAI's CLIP towers were tr
 with QuickGELU, which timm's repository config (shared by its GELU and QuickGELU
 architectures) does not say; 'openai' builds them with `quick_gelu=True`, as OpenAI's
 own model computes. The caller's arguments win over both.
+
+The same names, read back from a local path (`model_names`): a file or folder named
+after its timm model ('vit_small_patch16_dinov3_qkvb.safetensors',
+'eva02_tiny_patch14_224.mim_in22k/model.safetensors', huggingface_hub's cache folder
+'models--timm--<model>.<tag>/snapshots/<hash>/model.safetensors', `cache_folder`)
+names the model its state dict is, where the file itself cannot tell
+(`keras_vit.checkpoint.timm_eva`).
 """
 
 import dataclasses
@@ -137,6 +144,35 @@ def names_for(variant):
 def lookup(variant, name):
     """The HubName of (variant, name), or None."""
     return HUB_NAMES.get((variant, name))
+
+
+# huggingface_hub's cache folder of a model repository: models--<org>--<name>.
+_CACHE_PREFIX, _CACHE_SEPARATOR = "models--", "--"
+# A timm model's name: lowercase words joined by '_', one of them the patch size.
+_TIMM_MODEL = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*_patch\d+(?:_[a-z0-9]+)*$")
+
+
+def cache_folder(repo):
+    """huggingface_hub's cache folder (under HF_HUB_CACHE) of the model repository
+    `repo` ('<org>/<name>')."""
+    return _CACHE_PREFIX + repo.replace("/", _CACHE_SEPARATOR)
+
+
+def model_names(path):
+    """The timm model names that the components of a local `path` spell, in path
+    order: a component '<model>[.<tag>][.<suffix>]' ('vit_small_patch16_dinov3_qkvb',
+    '.lvd1689m', '.safetensors') or a Hub cache folder ('models--<org>--<model>.<tag>',
+    `cache_folder`) names <model> when it has the form of a timm model's name
+    (lowercase words joined by '_', one of them 'patch<N>'); other components name
+    nothing."""
+    names = []
+    for component in os.path.normpath(os.path.abspath(os.fspath(path))).split(os.sep):
+        if component.startswith(_CACHE_PREFIX):
+            component = component.rpartition(_CACHE_SEPARATOR)[2]
+        name = component.partition(".")[0]
+        if _TIMM_MODEL.match(name):
+            names.append(name)
+    return names
 
 
 # A value that can only be meant as a short name: no path separator, no '.', no scheme.

@@ -16,7 +16,14 @@ The families' options (`keras_vit.families`) are in each opened file's metadata.
 import os
 
 from keras_vit import run_directory
-from keras_vit.checkpoint import hub, state_dict, timm_eva, timm_format, transformers_format
+from keras_vit.checkpoint import (
+    hub,
+    metadata,
+    state_dict,
+    timm_eva,
+    timm_format,
+    transformers_format,
+)
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.families import recorded_options
 
@@ -133,21 +140,21 @@ def class_names(weights):
     return transformers_format.class_names(config)
 
 
-def model_config(metadata, sizes):
+def model_config(meta, sizes):
     """The keras_vit model config (`VisionTransformer` arguments, as its
-    `get_config`) of a file whose metadata is `metadata` and whose sizes
+    `get_config`) of a file whose metadata is `meta` and whose sizes
     (patch_size, hidden_size, mlp_dim, num_heads, num_layers) are `sizes`: what
     a trainers/ --init builds, as for a run directory."""
     return {
         **sizes,
-        "image_size": list(metadata["image_size"]),
-        "channels": metadata["channels"],
-        "classifier": metadata["classifier"],
-        "representation_size": metadata["representation_size"],
-        "num_classes": metadata.get("num_classes"),
-        "include_top": "num_classes" in metadata,
-        **recorded_options(metadata),
-        **({"preprocessing": metadata["preprocessing"]} if metadata.get("preprocessing") else {}),
+        "image_size": list(meta["image_size"]),
+        "channels": meta["channels"],
+        "classifier": meta["classifier"],
+        "representation_size": meta["representation_size"],
+        "num_classes": meta.get("num_classes"),
+        "include_top": meta.get("include_top", True),
+        **recorded_options(meta),
+        **({"preprocessing": meta["preprocessing"]} if meta.get("preprocessing") else {}),
     }
 
 
@@ -159,5 +166,6 @@ def _timm_module(state, config):
 
 def _opened(origin, family, opened):
     meta, read, sizes = opened
+    metadata.stating_the_top(meta)  # a state dict without a head, a headless config
     config = model_config(meta, sizes) if sizes and "image_size" in meta else None
     return origin, family, meta, read, config

@@ -8,6 +8,15 @@ says, where it says it:
     channels             input channels of the kernel that sees the image
     representation_size  the pre_logits width, None for none
     num_classes          the head's width (absent for a headless model)
+    include_top          False where the source states that it has no head: its
+                         arrays have none (a state dict without 'head' keys, the
+                         official 'head/kernel'), its config says so (a Keras
+                         config's include_top=False, timm's num_classes=0, a
+                         transformers *Model without a classifier); absent
+                         otherwise, and where a file says nothing of its model (a
+                         .weights.h5 alone). `keras_vit.from_weights` builds such
+                         a source headless unless its caller asks for a head
+                         (include_top=True, num_classes= or classes=)
     image_size           the resolution of the position embeddings (an int for
                          a square official file, (height, width) from a config)
     grid_size            (rows, cols) of the position embeddings, where the file
@@ -113,6 +122,14 @@ def from_params(params, arch=None, entry=None, name=None):
                 meta[key],
                 expected,
             )
+    return stating_the_top(meta)
+
+
+def stating_the_top(meta):
+    """`meta`, of a source that records its whole model, with 'include_top': False
+    where it has no head (no 'num_classes'). Returns `meta`."""
+    if "num_classes" not in meta:
+        meta["include_top"] = False
     return meta
 
 
@@ -156,6 +173,7 @@ def from_config(config):
     meta["channels"] = int(config.get("channels") or 3)
     if not config.get("include_top", True):
         meta.pop("num_classes")
+    stating_the_top(meta)
     if config.get("image_size") is not None:
         meta["image_size"] = to_pair(config["image_size"], "image_size")
         meta["grid_size"] = grid_size(

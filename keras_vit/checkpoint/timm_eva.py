@@ -29,17 +29,22 @@ Layout (a state dict; the keys beside the plain timm ViT's, `timm_format`):
 
 What the keys cannot say (the rotary form, the LayerNorm epsilon, the pooling) is
 each architecture's (`ARCHITECTURES`: timm 1.0.31's eva.py), named by config.json
-where there is one (its model_args and global_pool win), else by the key pattern
-that only those architectures have (`_bare_architecture`); where architectures of
-one key pattern disagree, the argument is undetermined and named.
+where there is one (its model_args and global_pool win), else by the file's name or
+a folder's above it where exactly one family is named there
+('vit_small_patch16_dinov3_qkvb.safetensors', huggingface_hub's
+'models--timm--<model>.<tag>/snapshots/...': `hub_names.model_names`; keys of
+another family are an error naming both), else by the key pattern that only those
+architectures have (`_bare_architecture`); where architectures of one key pattern
+disagree (DINOv3's _qkvb models and LingBot-Vision: the pooling), the argument is
+undetermined and named.
 """
 
 import re
 
 import numpy as np
 
+from keras_vit.checkpoint import hub_names, timm_format, torch_layout
 from keras_vit.checkpoint import sizes as sizes_lib
-from keras_vit.checkpoint import timm_format, torch_layout
 from keras_vit.checkpoint.errors import CheckpointError
 from keras_vit.checkpoint.refused import refuse
 from keras_vit.layers.patch_embedding import to_pair
@@ -70,6 +75,7 @@ ARCHITECTURES = (
     (re.compile(r"^eva02_(?!.*clip)"), _EVA02),
     (re.compile(r"^eva_giant_patch14_\d+$"), dict(rope=None, epsilon=1e-6, pool="avg")),
 )
+_READ = "EVA-02, RoPE-ViT, DINOv3, LingBot, EVA-01"  # ARCHITECTURES, as messages name them
 # eva.py's architectures keras_vit refuses, by name: what they compute otherwise.
 REFUSED_ARCHITECTURES = (
     (re.compile(r"^vit_pe_"), "rotary position embeddings", "Perception Encoder"),
@@ -81,7 +87,6 @@ REFUSED_ARCHITECTURES = (
 EVA_HEADS = {192: 3, 384: 6, 512: 8, 640: 10, 768: 12, 1024: 16, 1280: 20, 1408: 16, 1536: 24}
 EVA_HEADS[4096] = 32
 
-_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
 _BLOCK_KEYS = re.compile(
     r"^(norm[12]\.(weight|bias)|attn\.(qkv|proj|[qkv]_proj)\.(weight|bias)|attn\.[qv]_bias"
     r"|attn\.[qk]_norm\.(weight|bias)|gamma_[12]|mlp\.(fc1|fc1_g|fc1_x|fc2|norm)\.(weight|bias))$"
@@ -199,7 +204,7 @@ def open_state(origin, state, config=None, arch=None):
         "hidden_size": hidden,
         "mlp_dim": int(dense_0.shape[0] // (2 if gated else 1)),
         "num_heads": heads,
-        "num_layers": _num_blocks(state),
+        "num_layers": timm_format.num_blocks(state),
     }
     meta["sizes"] = shown
     if undetermined:
@@ -235,7 +240,7 @@ def to_params(state, num_heads):
             params[f"{name}/scale"] = state[f"{module}.weight"]
             params[f"{name}/bias"] = state[f"{module}.bias"]
     params.update(torch_layout.dense_params(state, (("head", "head"),)))
-    for index in range(_num_blocks(state)):
+    for index in range(timm_format.num_blocks(state)):
         params.update(_block_params(state, index, num_heads))
     return params
 
@@ -316,16 +321,59 @@ def _name(config):
 
 def _family(origin, state, name):
     """The architecture's settings (`ARCHITECTURES`) and what stays undetermined
-    ({argument: why}): by config.json's name, else by the keys (`_bare_architecture`)."""
+    ({argument: why}): by config.json's name, else by the name of the file or of a
+    folder above it (`_named_by_path`), checked against its keys, else by the keys
+    alone (`_bare_architecture`)."""
     if name:
-        for pattern, family in ARCHITECTURES:
-            if pattern.search(name):
-                return dict(family), {}
+        family = _architecture(name)
+        if family is None:
+            raise CheckpointError(
+                f"{origin}: config.json architecture {name!r} is none of timm's eva.py "
+                f"families keras_vit reads ({_READ})."
+            )
+        return family, {}
+    named = _named_by_path(origin)
+    if named is None:
+        return _bare_architecture(origin, state)
+    name, family = named
+    try:
+        by_keys, undetermined = _bare_architecture(origin, state)
+    except CheckpointError:  # a key pattern of no bare file: the name says it
+        return family, {}
+    if any(by_keys[k] != family[k] for k in by_keys if k not in undetermined):
         raise CheckpointError(
-            f"{origin}: config.json architecture {name!r} is none of timm's eva.py families "
-            "keras_vit reads (EVA-02, RoPE-ViT, DINOv3, LingBot, EVA-01)."
+            f"{origin}: its path names timm's {name!r}, but its keys are of another eva.py "
+            f"family ({_described(by_keys)}, not {_described(family)}); rename the file or "
+            "put its config.json beside it."
         )
-    return _bare_architecture(origin, state)
+    return family, {}
+
+
+def _architecture(name):
+    """The settings of the first of `ARCHITECTURES` that matches the timm model `name`,
+    or None."""
+    return next((dict(family) for pattern, family in ARCHITECTURES if pattern.search(name)), None)
+
+
+def _named_by_path(origin):
+    """(name, settings) of the one eva.py family that the file's name or a folder's
+    above it names (`hub_names.model_names`: 'vit_small_patch16_dinov3_qkvb.safetensors',
+    huggingface_hub's 'models--timm--<model>.<tag>/snapshots/...'), else None: none,
+    or names of two families."""
+    named = {}
+    for name in hub_names.model_names(origin):
+        index = next((i for i, (p, _) in enumerate(ARCHITECTURES) if p.search(name)), None)
+        if index is not None:
+            named.setdefault(index, name)
+    if len(named) != 1:
+        return None
+    ((index, name),) = named.items()
+    return name, dict(ARCHITECTURES[index][1])
+
+
+def _described(family):
+    rope = family["rope"]["kind"] if family["rope"] else None
+    return f"rope {rope!r}, epsilon {family['epsilon']}, global_pool {family['pool']!r}"
 
 
 def _bare_architecture(origin, state):
@@ -353,7 +401,9 @@ def _bare_architecture(origin, state):
             return family, {
                 "pool": "DINOv3's _qkvb models pool the mean of the patches "
                 "(classifier='token_gap'), LingBot-Vision's of the same keys the class token "
-                "(classifier='token'), and no config.json beside it names which"
+                "(classifier='token'), and neither a config.json beside it nor its path "
+                "names which (a file named after its architecture loads alone too: "
+                "'vit_small_patch16_dinov3_qkvb.safetensors')"
             }
         return family, {}
     if has_pos and _gated(state):
@@ -365,7 +415,7 @@ def _bare_architecture(origin, state):
     raise CheckpointError(
         f"{origin}: its keys are of timm's eva.py blocks but of no architecture keras_vit "
         "reads without its config.json (EVA-02, RoPE-ViT, DINOv3, EVA-01); put timm's "
-        "config.json beside it."
+        "config.json beside it, or name the file after its architecture."
     )
 
 
@@ -442,11 +492,6 @@ def _heads(state, model_args, hidden):
     return EVA_HEADS.get(hidden)
 
 
-def _num_blocks(state):
-    indices = {int(m.group(1)) for key in state if (m := _BLOCK.match(key))}
-    return max(indices) + 1 if indices else 0
-
-
 def _check_keys(origin, state):
     """Refused features by key; then every key must be one of eva.py's blocks that
     keras_vit reads, and every block must have its parts."""
@@ -459,7 +504,8 @@ def _check_keys(origin, state):
     unknown = [
         key
         for key in state
-        if key not in _TOP_KEYS and not ((m := _BLOCK.match(key)) and _BLOCK_KEYS.match(m.group(2)))
+        if key not in _TOP_KEYS
+        and not ((m := timm_format.BLOCK.match(key)) and _BLOCK_KEYS.match(m.group(2)))
     ]
     if unknown:
         shown = ", ".join(unknown[:8]) + (
@@ -471,7 +517,7 @@ def _check_keys(origin, state):
     if "patch_embed.proj.weight" not in state:
         raise CheckpointError(f"{origin}: key 'patch_embed.proj.weight' is missing.")
     needed = ("norm1.weight", "norm2.weight", "attn.proj.weight", "mlp.fc2.weight")
-    for index in range(_num_blocks(state)):
+    for index in range(timm_format.num_blocks(state)):
         for part in needed:
             if f"blocks.{index}.{part}" not in state:
                 raise CheckpointError(f"{origin}: key 'blocks.{index}.{part}' is missing.")

@@ -106,7 +106,8 @@ TIMM_NAMES = {
 }
 DEFAULT_NAME = TIMM_NAMES["ViT_B16"]
 
-_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
+# A key of a block (timm's plain ViT and eva.py alike): its index and its key in the block.
+BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
 # A block's timm modules: role (torch_layout.BLOCK_ROLES) or the fused 'qkv'.
 _BLOCK_MODULES = {
     "norm1": "norm_1",
@@ -314,7 +315,7 @@ def open_state(origin, state, config=None, arch=None):
         "hidden_size": hidden,
         "mlp_dim": int(state["blocks.0.mlp.fc1.weight"].shape[0]),
         "num_heads": None if heads is None else int(heads),
-        "num_layers": _num_blocks(state),
+        "num_layers": num_blocks(state),
     }
     meta["sizes"] = shown
     if undetermined:  # no value stands for what the file does not say
@@ -356,7 +357,7 @@ def to_params(state, num_heads, no_embed_class=False):
         if f"{module}.weight" in state:
             params[f"{name}/scale"] = state[f"{module}.weight"]
             params[f"{name}/bias"] = state[f"{module}.bias"]
-    for index in range(_num_blocks(state)):
+    for index in range(num_blocks(state)):
         prefix = f"blocks.{index}."
         parts = {}
         for module, role in _BLOCK_MODULES.items():
@@ -666,7 +667,7 @@ def _check_keys(origin, state, model_args, config):
     known.update(_TOP_TENSORS)
     unknown = []
     for key in state:
-        m = _BLOCK.match(key)
+        m = BLOCK.match(key)
         if key in known:
             continue
         if (
@@ -697,7 +698,7 @@ def _check_keys(origin, state, model_args, config):
             f"'blocks.0.mlp.fc1.weight' {tuple(fc1.shape)} and 'blocks.0.mlp.fc2.weight' "
             f"{tuple(fc2.shape)}",
         )
-    blocks = _num_blocks(state)
+    blocks = num_blocks(state)
     for index in range(blocks):
         for module in _BLOCK_MODULES:
             if f"blocks.{index}.{module}.weight" not in state:
@@ -744,8 +745,9 @@ def _check_new_norms(origin, state, model_args, blocks):
         refuse(origin, "qk_norm", f"q_norm and k_norm in blocks {with_qk} of {blocks} alone")
 
 
-def _num_blocks(state):
-    indices = {int(m.group(1)) for key in state if (m := _BLOCK.match(key))}
+def num_blocks(state):
+    """How many blocks a timm state dict holds (its highest `BLOCK` index + 1)."""
+    indices = {int(m.group(1)) for key in state if (m := BLOCK.match(key))}
     return max(indices) + 1 if indices else 0
 
 

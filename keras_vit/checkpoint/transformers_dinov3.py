@@ -20,7 +20,8 @@ A directory of config.json and model.safetensors (or pytorch_model.bin);
 No learned position embeddings: DINOv3's rotary ones (`rope` kind 'dinov3',
 rope_theta its temperature), on the patches after the class token and the
 registers. The model's output, pooler_output, is the normed class token: what
-keras_vit's headless 'token' model gives (include_top=False).
+keras_vit's headless 'token' model gives, which the folder alone builds (it has no
+classifier: `keras_vit.checkpoint.metadata`'s include_top).
 """
 
 import re
