@@ -129,14 +129,17 @@ def outside_training_s(speed):
 
 def time_limit_flags(speed, batch_size, started, budget_s=BUDGET_S):
     """The trainer's time limit (trainers/time_limit.py) for a demo that began at
-    `started`: the budget's end, with what comes after training kept as the steps of
-    `batch_size` it takes at `speed`, so that it is charged at the pace the trainer
-    then sees. A machine that slows down after the calibration (another job started
+    `started`: the budget's end, with what comes after training (and MARGIN of it) kept
+    as the steps of `batch_size` it takes at `speed`, so that it is charged at the pace
+    the trainer then sees. A machine that slows down after the calibration (another job started
     beside it) stops training early instead of overrunning: on the 2-core AMD Zen 5
     (2026-12-07) a bare clone's `make demo` calibrated at 2,139 images/s, then trained
     at 1,010 while two other jobs installed and tested, and its 10,620 steps would have
-    ended after about 25 minutes."""
-    reserve = math.ceil(after_training_s(speed) * speed.images_per_second / batch_size)
+    ended after about 25 minutes. With the limit (no margin on the reserve then), one
+    slowed from 1,909 to about 900 images/s by tests beside it stopped at step 6,129 of
+    9,390 and ended 2.6 s past its 900 s: the margin since covers that."""
+    after = after_training_s(speed) * (1 + MARGIN)
+    reserve = math.ceil(after * speed.images_per_second / batch_size)
     return [
         f"--config.time_limit={started + budget_s:.0f}",
         f"--config.time_limit_reserve_steps={reserve}",
