@@ -44,18 +44,27 @@ format: setup
 # fixtures are built once): most tests are bound by one thread (tracing, converters, child
 # processes), so two workers keep both cores busy (665 s -> 398-517 s on the 2-core Xeon;
 # three workers gave 473 s against two's 452 s, no gain). PYTEST_WORKERS=0 runs the suite
-# in this process. Then the numeric tests with oneDNN off, and keras_vit on the torch
-# backend: fidelity, serialisation, attention, layers (tests/torch_stage.txt; torch's CPU
-# wheel from the package index). These two short stages run in one process each: starting
-# two workers costs them more than it gives.
+# in this process. Then four short stages, side by side (each its output when it ends):
+# the numeric tests with oneDNN off, the core tests on the oldest Keras, keras_vit on the
+# torch backend (fidelity, serialisation, attention, layers, the interop references:
+# tests/torch_stage.txt; torch's CPU wheel from the package index, installed first), and
+# the wheel check. Each is one process (starting two pytest workers costs a short stage
+# more than it gives), so run one after another they left a core idle at times: about
+# 215 s in a row on the 2-core AMD EPYC Zen 5 (2026-12-07, a fresh clone's `make test`),
+# 189 s side by side (they are CPU-bound: about 300 s of CPU between them).
 PYTEST_WORKERS ?= 2
 test: setup data lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests
-	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -k "not xla or no_xla" $(NUMERIC_TESTS)
-	$(MAKE) --no-print-directory test-oldest-keras
 	$(PY) -m pip install -q -e '.[torch,interop-test]'
+	$(MAKE) --no-print-directory -j3 --output-sync=target \
+	  test-numeric test-oldest-keras test-torch wheel-check
+
+.PHONY: test-numeric test-torch
+test-numeric: setup
+	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -k "not xla or no_xla" $(NUMERIC_TESTS)
+
+test-torch: setup
 	KERAS_BACKEND=torch $(PY) -m pytest -q $$(cat tests/torch_stage.txt)
-	$(MAKE) --no-print-directory wheel-check
 
 # The library's core tests (fidelity, layers, serialisation) on the oldest Keras that
 # setup.cfg's install_requires allows (`keras>=X`): a user's pip may pick any Keras in the
