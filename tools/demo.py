@@ -110,15 +110,21 @@ def budget_run(args, budget, model_dir, started, measure=None):
     except ValueError as e:
         console.fail(str(e), console.USAGE)
     if record is not None:
-        count = record["steps"]
+        count, batch = record["steps"], record["batch_size"]
         print(
-            f"demo: {count} steps of {record.get('batch_size')}, the schedule this run chose "
+            f"demo: {count} steps of {batch}, the schedule this run chose "
             f"at its start ({os.path.join(model_dir, demo_budget.RECORD)})",
             flush=True,
         )
         speed = demo_budget.Speed(record["images_per_second"], record["start_s"])
-        limit = demo_budget.time_limit_flags(speed, record["batch_size"], started, budget_s)
-        return demo_budget.flags(count) + limit
+    else:
+        count, batch, speed = _measured_plan(args, model_dir, started, budget_s, measure)
+    return demo_budget.flags(count) + demo_budget.time_limit_flags(speed, batch, started, budget_s)
+
+
+def _measured_plan(args, model_dir, started, budget_s, measure):
+    """(steps, batch size, demo_budget.Speed) of a new run: this machine measured now, the
+    steps that fit what is left of `budget_s`, recorded in RUN/demo_budget.json."""
     batch = _opt(list(args), "config.batch_size", None)
     batch = int(batch or keras_vit_configs.load(DEMO_CONFIG).batch_size)
     print(f"demo: timing this machine's training step (batch {batch})", flush=True)
@@ -143,7 +149,7 @@ def budget_run(args, budget, model_dir, started, measure=None):
             "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         },
     )
-    return demo_budget.flags(count) + demo_budget.time_limit_flags(speed, batch, started, budget_s)
+    return count, batch, speed
 
 
 def _step(cmd, **kwargs):

@@ -334,8 +334,9 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
     the run's actions, in the order they act at a boundary: checkpoint (saved before
     anything is logged), log, progress bar, the user's Keras callbacks (`callbacks`,
     then config.callbacks'), evaluations, the profiler window, the time limit (it saves
-    the step and ends training), preemption (last: it saves the step and stops). Raises TrainingDivergedError on NaN and faults.Preempted
-    after a SIGTERM. Returns the RunLogger (train figures)."""
+    the step and ends training), preemption (last: it saves the step and stops). Raises
+    TrainingDivergedError on NaN and faults.Preempted after a SIGTERM. Returns the
+    RunLogger (train figures)."""
     optimizer = model.optimizer
     objective = objectives.get(config.objective)
     step_fn = train_step_lib.TrainStep(
