@@ -54,7 +54,7 @@ format: setup
 # 189 s side by side (they are CPU-bound: about 300 s of CPU between them).
 PYTEST_WORKERS ?= 2
 test: setup data lint
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 	$(PY) -m pip install -q -e '.[torch,interop-test]'
 	$(MAKE) --no-print-directory -j3 --output-sync=target \
 	  test-numeric test-oldest-keras test-torch wheel-check
@@ -85,7 +85,7 @@ test-oldest-keras: setup
 # The inner loop (docs/testing.md): the suite without the tests marked slow (tests/conftest.py
 # SLOW_MODULES, SLOW_TESTS), on the same two workers; no lint, no other stages.
 test-fast: setup data
-	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 # keras_vit as a library (docs/testing.md): the sdist and the wheel built from a copy of the
 # tree, twine-checked, the wheel installed into a fresh venv (no TensorFlow) and a tiny model

@@ -14,6 +14,8 @@ import re
 import subprocess
 import sys
 
+import warm_programs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = ("bash", "python")
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -48,12 +50,19 @@ def script(path):
 
 def run(path, env=None, timeout=600):
     """Runs `script(path)` from the repository root with `python` the running
-    interpreter; returns the CompletedProcess (stdout and stderr captured as text)."""
+    interpreter (its programs forked from a warm one where they can be:
+    tests/warm_programs.py); returns the CompletedProcess (stdout and stderr captured as
+    text)."""
     bin_dir = os.path.dirname(sys.executable)
     environment = {**os.environ, **(env or {})}
     environment["PATH"] = bin_dir + os.pathsep + environment.get("PATH", "")
+    text = script(path)
+    if os.environ.get(warm_programs.FRESH_ENV) != "1":
+        # A shell function, so that it stays `python` after a block activates a venv.
+        relay = os.path.join(warm_programs.relay_bin(warm_programs.relay_folder()), "python")
+        text = f'python() {{ "{relay}" "$@"; }}\n' + text
     return subprocess.run(
-        ["bash", "-c", script(path)],
+        ["bash", "-c", text],
         cwd=ROOT,
         env=environment,
         capture_output=True,

@@ -8,13 +8,13 @@ import atexit
 import functools
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 import keras
 import numpy as np
 import tensorflow as tf
+import warm_programs
 from tiny_models import tiny_vit
 
 import keras_vit
@@ -302,7 +302,7 @@ def run_tool(args, **kwargs):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}
     if args[0].endswith(".py"):
         args = [sys.executable, os.path.join(ROOT, args[0]), *args[1:]]
-    return subprocess.run(
+    return warm_programs.run(
         args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, **kwargs
     )
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import trainer_testing as testing
+import warm_programs
 
 from keras_vit.run_directory import RunDirectory
 from keras_vit_data import records
@@ -41,7 +42,7 @@ class _Server:
 
     def __init__(self, *flags):
         cmd = [testing.PY, os.path.join(testing.ROOT, "tools", "data_service.py"), *flags]
-        self.process = subprocess.Popen(
+        self.process = warm_programs.Popen(
             cmd,
             cwd=testing.ROOT,
             env=testing.env(),

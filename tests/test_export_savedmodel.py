@@ -140,7 +140,8 @@ def test_fresh_tensorflow_process_serves_the_keras_predictions(exported, images,
     script = tmp_path / "serve.py"
     script.write_text(_FRESH_PROCESS)
     result = et.run_tool(
-        [str(script), saved_model, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")]
+        [str(script), saved_model, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+        fresh=True,  # what it imports is what it checks (tests/warm_programs.py)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = dict(np.load(tmp_path / "out.npz"))

@@ -3,12 +3,12 @@ end on a tiny TFRecord directory (made by tools/make_tfrecords.py) and a tiny RU
 
 import json
 import os
-import subprocess
 import sys
 
 import keras
 import numpy as np
 import pytest
+import warm_programs
 from tiny_models import tiny_vit
 
 import keras_vit
@@ -39,7 +39,7 @@ def texture_images(rng, count, label):
 
 
 def run_tool(*args):
-    result = subprocess.run(
+    result = warm_programs.run(
         [sys.executable, *args],
         cwd=ROOT,
         capture_output=True,

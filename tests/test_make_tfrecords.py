@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import trainer_testing as testing
+import warm_programs
 from absl import flags
 from absl.testing import flagsaver
 
@@ -128,7 +129,7 @@ def test_undecodable_image_is_skipped_counted_and_named(tmp_path):
     _two_class_tree(root, junk=["cat/x.jpg"])
     jpeg = tf.io.encode_jpeg(np.full((16, 16, 3), 90, np.uint8)).numpy()
     (root / "dog" / "cut.jpg").write_bytes(jpeg[: len(jpeg) // 2])
-    r = subprocess.run(
+    r = warm_programs.run(
         [
             sys.executable,
             "tools/make_tfrecords.py",

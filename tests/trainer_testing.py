@@ -8,6 +8,7 @@ import socket
 import subprocess
 
 import numpy as np
+import warm_programs
 
 from keras_vit.run_directory import RunDirectory
 from keras_vit_cli import commands
@@ -114,7 +115,7 @@ def env(**extra):
 
 
 def run(cmd, timeout=240, **env_extra):
-    return subprocess.run(
+    return warm_programs.run(
         cmd,
         cwd=ROOT,
         env=env(**env_extra),
@@ -129,7 +130,7 @@ def run(cmd, timeout=240, **env_extra):
 def started(cmd, **popen_kwargs):
     """A subprocess started now with its output captured (text), for a fixture that
     overlaps a slow start-up with other tests; killed on exit if still running."""
-    process = subprocess.Popen(
+    process = warm_programs.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs
     )
     try:
@@ -156,7 +157,7 @@ def start_workers(cmd, n=2, env_extra=None, **popen_kwargs):
     (`communicate_all`)."""
     cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(n)]}
     return [
-        subprocess.Popen(
+        warm_programs.Popen(
             cmd,
             cwd=ROOT,
             env=env(
@@ -216,7 +217,7 @@ def kill_after_first_checkpoint(cmd, run_dir, timeout=240):
     (no cleanup, no final save); asserts it had not finished."""
     import time
 
-    proc = subprocess.Popen(
+    proc = warm_programs.Popen(
         cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     meta = first_checkpoint_file(run_dir)
