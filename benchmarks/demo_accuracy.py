@@ -9,10 +9,11 @@ Runs tools/demo.py (its DEMO_CONFIG, the default strategy) in a fresh run direct
 --data_dir are reused, a new --data_dir times their writing too), prints accuracy,
 wall time, images/s and the machine load, and records the run in
 benchmarks/results/demo_accuracy.json under its seed (`--config.seed`, default the
-config's): one run per seed of the same config and steps (a rerun replaces its
-seed's; runs of another config or length are dropped), each naming the machine
-(cli/machine.py: CPU kinds differ up to 4x) and the commit, and over them the
-seeds' mean and sample standard deviation of the test accuracy (`accuracy` names the
+config's): the seeds of one figure are the runs of one config, time budget and machine
+kind (`group`: the demo measures the steps that fit, so they differ between seeds by the
+machine's noise; a rerun replaces its seed's), each naming the machine (cli/machine.py:
+CPU kinds differ up to 4x) and the commit; the file keeps other kinds' runs
+(`other_runs`), and over this kind's it gives the seeds' mean and sample standard deviation of the test accuracy (`accuracy` names the
 figure: with the recipe's test-time flip where it has one, else without). That file
 is the one source of the demo figure the README and docs quote (`make demo` itself
 writes nothing tracked). --budget_s is the demo's too (the steps it trains on this
@@ -43,19 +44,34 @@ def config_seed(config):
     return int(keras_vit_configs.load(config).seed)
 
 
-def previous_runs(config, steps):
-    """The runs benchmarks/results/demo_accuracy.json holds of `config` at `steps`
-    (one file layout before this one held a single run: read as one)."""
+def group(run):
+    """What makes runs seeds of one figure: the config, the time budget and the machine's
+    kind with its instruction sets (the budget buys each kind its own steps; tools/demo.py
+    measures them, so the seeds of one kind differ in steps by the machine's noise)."""
+    machine = run.get("machine") or {}
+    return (
+        run["config"],
+        run.get("budget_s"),
+        machine.get("cpu_kind"),
+        tuple(machine.get("instruction_sets") or ()),
+    )
+
+
+def previous_runs():
+    """The runs benchmarks/results/demo_accuracy.json holds (one file layout before this
+    one held a single run: read as one; runs before the demo measured its speed have the
+    file's budget)."""
     if not os.path.exists(RESULT):
         return []
     with open(RESULT) as f:
         previous = json.load(f)
-    runs = previous.get("runs", [previous])
+    runs = previous.get("runs", [previous]) + previous.get("other_runs", [])
     for run in runs:
         run.setdefault("seed", seed_of(run.get("extra_flags", []), None))
-        for key in ("target", "budget_s", "passed"):  # the whole file's now
+        run.setdefault("budget_s", previous.get("budget_s"))
+        for key in ("target", "passed"):  # the whole file's
             run.pop(key, None)
-    return [r for r in runs if r["config"] == config and r["steps"] == steps]
+    return runs
 
 
 def seed_of(args, default):
@@ -87,6 +103,7 @@ def main(argv):
         "train_wall_seconds": metrics["wall_seconds"],
         "train_images_per_second": metrics["train_images_per_second"],
         "steps": metrics["step"],
+        "budget_s": budget,
         "cpu_count": os.cpu_count(),
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
@@ -96,8 +113,8 @@ def main(argv):
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine,
     }
-    runs = [r for r in previous_runs(config, run["steps"]) if r["seed"] != seed] + [run]
-    runs.sort(key=lambda r: r["seed"])
+    others = [r for r in previous_runs() if (group(r), r["seed"]) != (group(run), seed)]
+    runs = sorted([r for r in others if group(r) == group(run)] + [run], key=lambda r: r["seed"])
     plain = mean_std([r["test_accuracy"] for r in runs])
     flips = [r.get("test_flip_accuracy") for r in runs]
     flip = mean_std(flips) if None not in flips else (None, None)
@@ -105,7 +122,8 @@ def main(argv):
     mean, std = plain if flip[0] is None else flip
     result = {
         "config": config,
-        "steps": run["steps"],
+        "machine": describe(machine),
+        "steps": [r["steps"] for r in runs],
         "seeds": [r["seed"] for r in runs],
         "test_accuracy_mean": plain[0],
         "test_accuracy_std": plain[1],
@@ -117,6 +135,8 @@ def main(argv):
         "accuracy": "test_flip_accuracy" if flip[0] is not None else "test_accuracy",
         "passed": mean >= target and all(r["wall_seconds"] <= budget for r in runs),
         "runs": runs,
+        # Every other kind's, budget's or config's runs, kept for their own figures.
+        "other_runs": [r for r in others if group(r) != group(run)],
     }
     os.makedirs(os.path.dirname(RESULT), exist_ok=True)
     with open(RESULT, "w") as f:

@@ -49,15 +49,28 @@ def test_a_forked_program_has_its_own_pid_folder_environment_arguments_and_exit_
     assert len({draw, *(_report(tmp_path, "0")[-1] for _ in range(2))}) == 3
 
 
-def test_another_keras_backend_starts_fresh(tmp_path):
+def _imports(env):
+    """(whether the process had TensorFlow before its code ran, what `import extra` gave)."""
+    code = "import sys; t = 'tensorflow' in sys.modules; import extra; print(t, extra.X)"
     result = warm_programs.run(
-        [sys.executable, "-c", "import sys; print('tensorflow' in sys.modules)"],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, KERAS_BACKEND="numpy"),
-        timeout=120,
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
     )
-    assert (result.returncode, result.stdout) == (0, "False\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.split()
+
+
+def test_what_a_fresh_process_would_import_otherwise_starts_fresh(tmp_path):
+    """Another Keras backend, or a PYTHONPATH folder holding a module the server imported,
+    starts fresh; a PYTHONPATH folder of other modules is on the forked child's path."""
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "extra.py").write_text("X = 'own'")
+    (tmp_path / "shadow").mkdir()
+    (tmp_path / "shadow" / "extra.py").write_text("X = 'shadow'")
+    (tmp_path / "shadow" / "keras").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "own"))
+    assert _imports(env) == ["True", "own"]
+    assert _imports(dict(env, KERAS_BACKEND="numpy")) == ["False", "own"]
+    assert _imports(dict(env, PYTHONPATH=str(tmp_path / "shadow"))) == ["False", "shadow"]
     process = warm_programs.Popen([sys.executable, "-c", "0"], env=dict(os.environ, LANG="C.x"))
     assert isinstance(process, subprocess.Popen)
     process.wait()

@@ -44,6 +44,10 @@ import threading
 import time
 
 FRESH_ENV = "KERAS_VIT_TEST_FRESH_PROCESSES"
+LOG_ENV = "KERAS_VIT_TEST_WARM_LOG"  # a file: one line a command, forked or why fresh
+# The environment the server imports under: this process's as it was when this module was
+# imported (at collection), not as a test that sets a variable for itself leaves it.
+_BASE_ENV = dict(os.environ)
 SOCKET, DESCRIPTION = "socket", "server.json"  # in the server's folder
 # What the server imports before it forks: the libraries every program imports first.
 PRELOAD = ("tensorflow", "keras", "keras_vit")
@@ -101,28 +105,63 @@ def _program(cmd):
     return None
 
 
-def _same_imports(env, server):
-    """Whether a process with `env` imports what the server (its `server.json`) imported."""
+def _different_imports(env, server):
+    """The import-time variables whose value in `env` is not the server's (its
+    `server.json`): [] when a process with `env` imports what the server imported."""
+    verbosity = server["verbosity_env"]
+    if env.get(verbosity, "").strip().lower() == "library":
+        return [verbosity]  # the libraries' own logging, which the server silenced
     values = _import_time_values(env)
     values["KERAS_BACKEND"] = values["KERAS_BACKEND"] or server["backend"]
-    return values == server["import_time_values"]
+    for key, value in server["quiet"].items():  # what every program sets when unset
+        if key in values:
+            values[key] = values[key] or value
+    theirs = server["import_time_values"]
+    added = _added_paths(values.get("PYTHONPATH"), theirs.get("PYTHONPATH"))
+    if added is not None and not _shadowing(added, server["modules"]):
+        values["PYTHONPATH"] = theirs.get("PYTHONPATH")  # the child puts `added` on its path
+    return sorted(k for k in set(values) | set(theirs) if values.get(k) != theirs.get(k))
 
 
-def _forkable(cmd, kwargs, env):
-    if os.environ.get(FRESH_ENV) == "1" or set(kwargs) - _POPEN_ARGS:
-        return False
+def _added_paths(ours, theirs):
+    """The folders of PYTHONPATH `ours` that `theirs` lacks, or None if it drops one."""
+    ours, theirs = (value.split(os.pathsep) if value else [] for value in (ours, theirs))
+    return [p for p in ours if p not in theirs] if set(theirs) <= set(ours) else None
+
+
+def _shadowing(paths, modules):
+    """Whether a folder of `paths` holds a top-level module the server imported (a fresh
+    process would import that one instead)."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            if {name.split(".")[0] for name in os.listdir(path or ".")} & set(modules):
+                return True
+    return False
+
+
+def _why_fresh(cmd, kwargs, env):
+    """Why `cmd` starts fresh, or None: it forks."""
+    if os.environ.get(FRESH_ENV) == "1":
+        return FRESH_ENV
+    if set(kwargs) - _POPEN_ARGS:
+        return f"Popen arguments {sorted(set(kwargs) - _POPEN_ARGS)}"
     if _program(cmd) is None or cmd[1] == "-":  # code on stdin: for the relay only
-        return False
+        return "not a program of this Python's"
     if kwargs.get("stdin") not in (None, subprocess.DEVNULL):
-        return False
-    return _same_imports(env, _server().description())
+        return "stdin"
+    different = _different_imports(env, _server().description())
+    return f"import-time variables {different}" if different else None
 
 
 def Popen(cmd, *, fresh=False, **kwargs):
     """subprocess.Popen(cmd, **kwargs), forked from the warm server when it can be."""
     env = kwargs.get("env")
     env = dict(os.environ if env is None else env)
-    if fresh or not _forkable(cmd, kwargs, env):
+    why = "fresh=True" if fresh else _why_fresh(cmd, kwargs, env)
+    if os.environ.get(LOG_ENV):
+        with open(os.environ[LOG_ENV], "a") as f:
+            f.write(f"{why or 'forked'}\t{' '.join(map(str, cmd))[:200]!r}\n")
+    if why:
         return subprocess.Popen(cmd, **kwargs)
     return ForkedProcess(cmd, **{**kwargs, "env": env})
 
@@ -162,6 +201,7 @@ class _Server:
         self.process = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), str(os.getpid())],
             cwd=self.folder,  # nothing of the repository's folders on its path
+            env=_BASE_ENV,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             text=True,
@@ -387,7 +427,7 @@ class ForkedProcess:
 # --- the server's side --------------------------------------------------------------------
 
 
-def _serve(parent_pid):
+def _serve(parent_pid, quiet):
     """Accepts requests until the caller goes; returns (request, fds) in a forked child."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(SOCKET)
@@ -400,7 +440,12 @@ def _serve(parent_pid):
     selector.register(listener, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
     children = {}  # pid -> the connection that asked for it
-    description = {"backend": sys.modules["keras"].backend.backend()}
+    description = {
+        "backend": sys.modules["keras"].backend.backend(),
+        "modules": sorted({name.split(".")[0] for name in sys.modules}),
+        "quiet": quiet,
+        "verbosity_env": sys.modules["keras_vit_cli.console"].VERBOSITY_ENV,
+    }
     description["import_time_values"] = _import_time_values(os.environ)
     description["import_time_values"]["KERAS_BACKEND"] = description["backend"]
     with open(DESCRIPTION, "w") as f:
@@ -456,23 +501,28 @@ def _run(request, fds):
         if fd > 2:
             os.close(fd)
     os.chdir(request["cwd"])
+    added = _added_paths(request["env"].get("PYTHONPATH"), os.environ.get("PYTHONPATH")) or []
     os.environ.clear()
     os.environ.update(request["env"])
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     argv = request["argv"]
     if argv[0] in ("-c", "-"):
+        first = ""
+    elif argv[0] == "-m":
+        first = os.getcwd()
+    else:
+        first = os.path.dirname(os.path.abspath(argv[0]))
+    sys.path[0:0] = [first, *added]  # where Python puts them: its first entry, PYTHONPATH
+    if argv[0] in ("-c", "-"):
         code, name = (argv[1], "<string>") if argv[0] == "-c" else (sys.stdin.read(), "<stdin>")
         sys.argv = [argv[0], *argv[1 + (argv[0] == "-c") :]]
-        sys.path.insert(0, "")
         exec(compile(code, name, "exec"), {"__name__": "__main__"})
     elif argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
-        sys.path.insert(0, os.getcwd())
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
         sys.argv = argv
-        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
         runpy.run_path(argv[0], run_name="__main__")
 
 
@@ -487,7 +537,7 @@ def _relay(folder, args):
     if (
         os.environ.get(FRESH_ENV) == "1"
         or not _program(cmd)
-        or not _same_imports(os.environ, server)
+        or _different_imports(os.environ, server)
     ):
         os.execv(sys.executable, cmd)
     conn = _connect(folder)
@@ -509,8 +559,13 @@ if __name__ == "__main__":
     import importlib
 
     sys.path.pop(0)  # tests/: the child puts its program's folder first, as Python does
+    # What each program's console.setup() sets before it imports TensorFlow, set here too.
+    from keras_vit_cli import console
+
+    before = dict(os.environ)
+    quiet = {k: v for k, v in console.quiet_environment().items() if before.get(k) != v}
     for name in PRELOAD:
         importlib.import_module(name)
-    request, fds = _serve(int(sys.argv[1]))
+    request, fds = _serve(int(sys.argv[1]), quiet)
     del importlib, name
     _run(request, fds)
