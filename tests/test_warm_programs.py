@@ -31,7 +31,7 @@ def _report(tmp_path, *args, **kwargs):
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env=dict(os.environ, WARM_TEST="yes"),
+        env=warm_programs.base_env(WARM_TEST="yes"),
         timeout=120,
         **kwargs,
     )
@@ -67,11 +67,18 @@ def test_what_a_fresh_process_would_import_otherwise_starts_fresh(tmp_path):
     (tmp_path / "shadow").mkdir()
     (tmp_path / "shadow" / "extra.py").write_text("X = 'shadow'")
     (tmp_path / "shadow" / "keras").mkdir()
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "own"))
+
+    def path(folder):  # the folder before the server's own PYTHONPATH, if it has one
+        base = warm_programs.base_env().get("PYTHONPATH")
+        return os.pathsep.join([str(tmp_path / folder), *([base] if base else [])])
+
+    env = warm_programs.base_env(PYTHONPATH=path("own"))
     assert _imports(env) == ["True", "own"]
     assert _imports(dict(env, KERAS_BACKEND="numpy")) == ["False", "own"]
-    assert _imports(dict(env, PYTHONPATH=str(tmp_path / "shadow"))) == ["False", "shadow"]
-    process = warm_programs.Popen([sys.executable, "-c", "0"], env=dict(os.environ, LANG="C.x"))
+    assert _imports(dict(env, PYTHONPATH=path("shadow"))) == ["False", "shadow"]
+    process = warm_programs.Popen(
+        [sys.executable, "-c", "0"], env=warm_programs.base_env(LANG="C.x")
+    )
     assert isinstance(process, subprocess.Popen)
     process.wait()
 
@@ -80,7 +87,10 @@ def test_kill_stop_and_timeout_act_on_the_forked_process(tmp_path):
     marker = tmp_path / "started"
     loop = f"import time; open({str(marker)!r}, 'w').close(); time.sleep(600)"
     process = warm_programs.Popen(
-        [sys.executable, "-c", loop], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", loop],
+        env=warm_programs.base_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert isinstance(process, warm_programs.ForkedProcess)
     with pytest.raises(subprocess.TimeoutExpired):
@@ -92,7 +102,7 @@ def test_kill_stop_and_timeout_act_on_the_forked_process(tmp_path):
     assert process.wait(timeout=60) == -signal.SIGKILL
     assert process.communicate() == (b"", b"")
     with pytest.raises(subprocess.TimeoutExpired):
-        warm_programs.run([sys.executable, "-c", loop], timeout=1)
+        warm_programs.run([sys.executable, "-c", loop], env=warm_programs.base_env(), timeout=1)
 
 
 def test_the_relay_python_of_a_shell_script(tmp_path):
@@ -115,8 +125,8 @@ def test_the_relay_python_of_a_shell_script(tmp_path):
     )
     result = subprocess.run(
         ["bash", "-c", script],
-        env=dict(
-            os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], T=str(tmp_path / "pid")
+        env=warm_programs.base_env(
+            PATH=bin_dir + os.pathsep + os.environ["PATH"], T=str(tmp_path / "pid")
         ),
         capture_output=True,
         text=True,

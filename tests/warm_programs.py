@@ -139,6 +139,12 @@ def _shadowing(paths, modules):
     return False
 
 
+def base_env(**extra):
+    """The environment the server imported under, with `extra`: what a test of the
+    forking itself gives its commands (other tests may have left variables set)."""
+    return {**_BASE_ENV, **extra}
+
+
 def _why_fresh(cmd, kwargs, env):
     """Why `cmd` starts fresh, or None: it forks."""
     if os.environ.get(FRESH_ENV) == "1":
