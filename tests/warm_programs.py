@@ -29,6 +29,7 @@ so the caller reaps it through the server (`wait`, `poll`, `communicate` as Pope
 NumPy's global generator is reseeded from the OS, as a fresh process seeds it.
 """
 
+import atexit
 import contextlib
 import io
 import json
@@ -266,8 +267,6 @@ def _server():
     global _server_instance
     with _server_lock:
         if _server_instance is None:
-            import atexit
-
             _server_instance = _Server()
             atexit.register(_server_instance.close)
         return _server_instance
@@ -313,7 +312,7 @@ class ForkedProcess:
         self.args = cmd
         self.returncode = None
         text_mode = bool(text.get("text") or text.get("universal_newlines"))
-        ours, theirs, to_close = {}, [], []
+        ours, to_close = {}, []
 
         def target(spec, fd_if_none):
             if spec is None:
