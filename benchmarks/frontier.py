@@ -8,6 +8,7 @@ Transformer blocks (4, 8), ResNet units per stage (1, 2) and width factor (0.5, 
   python benchmarks/frontier.py --work_dir=WORK --stage=sweep     # learning rates
   python benchmarks/frontier.py --work_dir=WORK --stage=frontier  # the budgets
   python benchmarks/frontier.py --work_dir=WORK --stage=seeds     # seeds at the demo budget
+  python benchmarks/frontier.py --work_dir=WORK --stage=budget --reference_steps=1740
   python benchmarks/frontier.py --plot    # docs/images/frontier.png + the summary
 
 Each point (arm, steps, learning rate, seed) is one trainers/pretrain.py run with the
@@ -23,6 +24,13 @@ sweep     every arm at SWEEP_STEPS with each of SWEEP_LRS, trained on 90% of the
 frontier  every arm at each of its budgets (ARMS) with its best sweep learning rate.
 seeds     every arm at its largest budget (the demo's training time) with seeds 1
           and 2 (seed 0 is the frontier's point).
+budget    every arm for one training time, on the machine at hand: the time in which
+          the demo's model (hybrid_stage2) trains --reference_steps (e.g. the steps
+          make demo trains on some machine kind). Each arm's speed is measured here
+          first, with make demo's own calibration (tools/demo_budget.py: the trainer's
+          update, median call), in BUDGET_ROUNDS interleaved rounds (WORK/speeds.json),
+          and it trains the steps that take that time at its speed. Trained on 90% of
+          the training images and scored on the held-out tenth, as the sweep.
 The warm-up is the demo's fraction of the steps (300 of 4,500); everything else is
 the arm's config. Measurements, not pass/fail; the machine is named in every JSON
 (cli/machine.py): compare wall times within one machine only.
@@ -95,8 +103,25 @@ ARMS = {
         (),
         (335, 1000, 3200),
     ),
+    # Cheaper than stage2 per image, for the slowest kind's budget (the budget stage only).
+    "hybrid_stage2_shallow": (
+        "hybrid: stem + 2 ResNet units, stride 2 (4x4 tokens), 2 blocks",
+        "configs/fashion_mnist_hybrid.py:stage2_shallow",
+        (),
+        (),
+    ),
+    "hybrid_stage2_narrow": (
+        "hybrid: stem + 2 ResNet units, stride 2 (4x4 tokens), 4 blocks of hidden 96",
+        "configs/fashion_mnist_hybrid.py:stage2_narrow",
+        (),
+        (),
+    ),
 }
 SWEEP_STEPS = 500
+# The arm whose --reference_steps set the budget stage's training time: the demo's model.
+REFERENCE_ARM = "hybrid_stage2"
+BUDGET_ROUNDS = 2  # interleaved speed measurements per arm; their mean is the arm's speed
+STEP_QUANTUM = 30  # the budget stage's steps are multiples of it, as the demo's
 SWEEP_LRS = (1e-3, 2e-3, 4e-3)
 WARMUP_FRACTION = 300 / 4500  # configs/fashion_mnist.py's warm-up share
 # Fashion-MNIST's own benchmark table: two convolutions + pooling, 91.6-92.5%.
@@ -104,7 +129,12 @@ CNN_BASELINE = (0.916, 0.925)
 
 flags.DEFINE_string("work_dir", None, "Where the runs and the hold-out records go.")
 flags.DEFINE_string("data_dir", commands.DEMO_DATA_DIR, "make demo's Fashion-MNIST records.")
-flags.DEFINE_enum("stage", None, ["sweep", "frontier", "seeds"], "What to run.")
+flags.DEFINE_enum("stage", None, ["sweep", "frontier", "seeds", "budget"], "What to run.")
+flags.DEFINE_integer(
+    "reference_steps",
+    None,
+    f"--stage=budget: the steps {REFERENCE_ARM} trains in the budget's training time.",
+)
 flags.DEFINE_list("arms", None, f"Arms (default all: {', '.join(ARMS)}).")
 flags.DEFINE_list("steps", None, "Step counts (default: the stage's).")
 flags.DEFINE_list("lrs", None, "Learning rates (default: the stage's; the sweep's best after).")
@@ -113,23 +143,40 @@ flags.DEFINE_bool("plot", False, "Draw docs/images/frontier.png and write the su
 FLAGS = flags.FLAGS
 
 
-def point_name(arm, steps, lr, seed, sweep=False):
-    return f"{'sweep_' if sweep else ''}{arm}_steps{steps}_lr{lr:g}_seed{seed}"
+def stage_of(point):
+    """The stage that trained `point` (points before the budget stage name none)."""
+    return point.get("stage") or ("sweep" if point["sweep"] else "frontier")
 
 
-def best_lr(arm, points):
-    """The arm's learning rate with the best hold-out accuracy in the sweep."""
-    sweep = [p for p in points if p["arm"] == arm and p["sweep"]]
+def held_out(stage):
+    """Whether `stage` trains on 90% of the training images and scores the tenth."""
+    return stage in ("sweep", "budget")
+
+
+def point_name(arm, steps, lr, seed, stage="frontier", reference_steps=None):
+    prefix = {"sweep": "sweep_", "budget": f"budget{reference_steps}_"}.get(stage, "")
+    return f"{prefix}{arm}_steps{steps}_lr{lr:g}_seed{seed}"
+
+
+def best_lr(arm, points, default=None):
+    """The arm's learning rate with the best hold-out accuracy in the sweep (`default`,
+    where given, for an arm the sweep did not run)."""
+    sweep = [p for p in points if p["arm"] == arm and stage_of(p) == "sweep"]
     if not sweep:
+        if default is not None:
+            return default
         raise app.UsageError(f"no sweep point for arm {arm!r}: run --stage=sweep first")
     return max(sweep, key=lambda p: p["validation_accuracy"])["learning_rate"]
 
 
-def run_point(arm, steps, lr, seed, data_dir, sweep=False):
-    """Trains one point (unless its JSON exists) and writes its JSON."""
+def run_point(arm, steps, lr, seed, data_dir, stage="frontier", budget=None):
+    """Trains one point (unless its JSON exists) and writes its JSON. `budget`: the
+    budget stage's {reference_steps, measured_images_per_second, reference_images_per_second}."""
     from keras_vit_benchmarks import speed_flops
 
-    name = point_name(arm, steps, lr, seed, sweep)
+    budget = budget or {}
+    sweep = held_out(stage)
+    name = point_name(arm, steps, lr, seed, stage, budget.get("reference_steps"))
     out = os.path.join(RESULTS, f"{name}.json")
     if os.path.exists(out):
         return
@@ -162,7 +209,9 @@ def run_point(arm, steps, lr, seed, data_dir, sweep=False):
         "label": label,
         "config": config,
         "overrides": list(overrides),
-        "sweep": sweep,
+        "sweep": stage == "sweep",
+        "stage": stage,
+        **budget,
         "steps": metrics["step"],
         "batch_size": metrics["global_batch_size"],
         "train_images": images,
@@ -191,9 +240,63 @@ def run_point(arm, steps, lr, seed, data_dir, sweep=False):
     )
 
 
+def measure_speeds(work_dir, arms):
+    """{arm: images/s of its trainer update on this machine}: make demo's calibration
+    (tools/demo_budget.py, one program per measurement), BUDGET_ROUNDS rounds over the
+    arms (a load that comes and goes falls on every arm alike), each arm's mean. Kept in
+    WORK/speeds.json: a rerun plans the same steps."""
+    import subprocess
+
+    path = os.path.join(work_dir, "speeds.json")
+    speeds = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            speeds = json.load(f)
+    todo = [arm for arm in arms if arm not in speeds]
+    calls = {arm: [] for arm in todo}
+    for round_ in range(BUDGET_ROUNDS if todo else 0):
+        for arm in todo:
+            _, config, overrides, _ = ARMS[arm]
+            command = commands.tool_command("demo_budget", f"--config={config}", *overrides)
+            out = subprocess.run(
+                command, cwd=commands.ROOT, check=True, capture_output=True, text=True
+            ).stdout
+            rate = json.loads(out.strip().splitlines()[-1])["images_per_second"]
+            calls[arm].append(rate)
+            print(
+                f"[{time.strftime('%H:%M:%S')}] speed round {round_ + 1}: {arm} {rate:.0f} images/s",
+                flush=True,
+            )
+    for arm, rates in calls.items():
+        speeds[arm] = sum(rates) / len(rates)
+    with open(path, "w") as f:
+        json.dump(speeds, f, indent=1)
+    return speeds
+
+
+def budget_plan(arms, points, reference_steps, speeds):
+    """[(arm, steps, lr, seed, stage, budget)] of the budget stage: each arm for the
+    training time in which REFERENCE_ARM trains `reference_steps` at the speeds
+    measured here, in whole STEP_QUANTUMs."""
+    seeds = [int(s) for s in FLAGS.seeds] if FLAGS.seeds else [0]
+    reference = speeds[REFERENCE_ARM]
+    todo = []
+    for arm in arms:
+        steps = round(reference_steps * speeds[arm] / reference / STEP_QUANTUM) * STEP_QUANTUM
+        budget = dict(
+            reference_steps=reference_steps,
+            measured_images_per_second=speeds[arm],
+            reference_images_per_second=reference,
+        )
+        for lr in [float(x) for x in FLAGS.lrs] if FLAGS.lrs else [best_lr(arm, points, 2e-3)]:
+            todo += [(arm, steps, lr, seed, "budget", budget) for seed in seeds]
+    return todo
+
+
 def plan(stage, points):
-    """[(arm, steps, lr, seed, sweep)] for a stage, with the flags' overrides."""
-    arms = FLAGS.arms or list(ARMS)
+    """[(arm, steps, lr, seed, stage, None)] for a stage, with the flags' overrides."""
+    # The budget-only arms (no budgets of their own) only where named.
+    arms = FLAGS.arms or [arm for arm in ARMS if ARMS[arm][3]]
     unknown = sorted(set(arms) - set(ARMS))
     if unknown:
         raise app.UsageError(f"--arms: unknown {unknown}; known: {sorted(ARMS)}")
@@ -202,14 +305,14 @@ def plan(stage, points):
     lrs = [float(x) for x in FLAGS.lrs] if FLAGS.lrs else None
     if stage == "sweep":
         return [
-            (arm, s, lr, seed, True)
+            (arm, s, lr, seed, stage, None)
             for arm in arms
             for s in steps or [SWEEP_STEPS]
             for lr in lrs or SWEEP_LRS
             for seed in seeds or [0]
         ]
     return [
-        (arm, s, lr, seed, False)
+        (arm, s, lr, seed, stage, None)
         for arm in arms
         for lr in lrs or [best_lr(arm, points)]
         for s in steps or (ARMS[arm][3] if stage == "frontier" else ARMS[arm][3][-1:])
@@ -224,12 +327,14 @@ def summarize(points):
 
     summary = {}
     for arm in ARMS:
-        if not any(p["arm"] == arm and p["sweep"] for p in points):
+        if not any(p["arm"] == arm and stage_of(p) == "sweep" for p in points):
             continue
         lr = best_lr(arm, points)
         rows = []
         runs = [
-            p for p in points if p["arm"] == arm and not p["sweep"] and p["learning_rate"] == lr
+            p
+            for p in points
+            if p["arm"] == arm and stage_of(p) == "frontier" and p["learning_rate"] == lr
         ]
         for steps in sorted({p["steps"] for p in runs}):
             at = [p for p in runs if p["steps"] == steps]
@@ -254,7 +359,7 @@ def summarize(points):
         sweep = {
             f"{p['learning_rate']:g}": p["validation_accuracy"]
             for p in points
-            if p["arm"] == arm and p["sweep"]
+            if p["arm"] == arm and stage_of(p) == "sweep"
         }
         summary[arm] = dict(label=ARMS[arm][0], learning_rate=lr, sweep=sweep, budgets=rows)
     return summary
@@ -352,14 +457,24 @@ def main(argv):
         raise app.UsageError("--work_dir and --stage are required (or --plot)")
     os.makedirs(FLAGS.work_dir, exist_ok=True)
     data_dir = os.path.abspath(FLAGS.data_dir)
-    todo = plan(FLAGS.stage, points)
-    if FLAGS.stage == "sweep":
+    if FLAGS.stage == "budget":
+        if not FLAGS.reference_steps:
+            raise app.UsageError("--stage=budget needs --reference_steps")
+        arms = FLAGS.arms or list(ARMS)
+        unknown = sorted(set(arms) - set(ARMS))
+        if unknown:
+            raise app.UsageError(f"--arms: unknown {unknown}; known: {sorted(ARMS)}")
+        speeds = measure_speeds(FLAGS.work_dir, sorted({REFERENCE_ARM, *arms}))
+        todo = budget_plan(arms, points, FLAGS.reference_steps, speeds)
+    else:
+        todo = plan(FLAGS.stage, points)
+    if held_out(FLAGS.stage):
         data_dir = trainer_runs.holdout_records(FLAGS.work_dir)
     elif not os.path.exists(os.path.join(data_dir, "manifest.json")):
         raise app.UsageError(f"--data_dir={FLAGS.data_dir}: no records (run make data)")
     print(f"{describe(machine_info())}\n{len(todo)} points", flush=True)
-    for arm, steps, lr, seed, sweep in todo:
-        run_point(arm, steps, lr, seed, data_dir, sweep)
+    for arm, steps, lr, seed, stage, budget in todo:
+        run_point(arm, steps, lr, seed, data_dir, stage, budget)
 
 
 if __name__ == "__main__":

@@ -144,9 +144,14 @@ def base_config(model="ViT_B16"):
     # boundary that leaves time_limit_reserve_steps more steps' time (at the pace of the
     # moment: the evaluations and exports to come) before it, saves that step and ends
     # as a finished run does; rerun to train the rest (trainers/time_limit.py). One
-    # process only. `make demo` sets both.
+    # process only. `make demo` sets them.
     c.time_limit = config_dict.FieldReference(None, field_type=float)
     c.time_limit_reserve_steps = 0
+    # With the limit: where the planned steps would end past it, first bring the
+    # learning rate's decay forward to end at the step that fits, once, so that the run
+    # ends annealed at that step (recorded in RUN/checkpoints/plan.json: a resume keeps
+    # it) instead of stopping in mid-decay.
+    c.time_limit_anneal = False
     # Your own Keras callbacks: "module:name" strings, each a callback class or factory
     # called with no arguments (docs/training.md, "Watching a run").
     c.callbacks = ()

@@ -11,6 +11,8 @@ main cost lever:
   stage2_deep  stage2 with 8 blocks
   stage2_units2  stage2 with two bottleneck units in each ResNet stage
   stage2_wide  stage2 at twice its channels (64 in the stem, then 256 and 512)
+  stage2_shallow  stage2 with 2 blocks
+  stage2_narrow   stage2 with a narrower Transformer: hidden 96, MLP 192, 3 heads (of 32)
 
 Each variant trains for the frontier's training time on the 2-core Zen 4 kind (about
 10 minutes: the plain ViT's 4,500 steps of configs/fashion_mnist.py), in as many steps as
@@ -42,6 +44,12 @@ HYBRIDS = {
     "stage2_deep": dict(resnet=STAGE2, patch_size=1, num_layers=8),
     "stage2_units2": dict(resnet=STAGE2_UNITS2, patch_size=1, num_layers=4),
     "stage2_wide": dict(resnet=STAGE2_WIDE, patch_size=1, num_layers=4),
+    # Cheaper per image than stage2, for budgets of fewer epochs (the slowest kind's):
+    # fewer blocks, or narrower ones at stage2's head width.
+    "stage2_shallow": dict(resnet=STAGE2, patch_size=1, num_layers=2),
+    "stage2_narrow": dict(
+        resnet=STAGE2, patch_size=1, num_layers=4, hidden_size=96, mlp_dim=192, num_heads=3
+    ),
 }
 # The demo ViT's training time at each variant's measured speed (Zen 4, 2 cores).
 STEPS = {
@@ -50,6 +58,10 @@ STEPS = {
     "stage2_deep": 3050,
     "stage2_units2": 4000,
     "stage2_wide": 3200,
+    # stage2's steps times their speed against it, measured on the Zen 5 kind
+    # (benchmarks/frontier.py --stage=budget: 1.12 and 1.32).
+    "stage2_shallow": 5370,
+    "stage2_narrow": 6330,
 }
 # The sweep's best learning rate where it is not configs/fashion_mnist.py's 2e-3.
 LEARNING_RATES = {"stage2_deep": 1e-3}

@@ -166,6 +166,7 @@ VALUE_KEYS = (
     "callbacks",  # the user's callbacks: none in the recipes
     "time_limit",  # a wall-clock stop: a run cut short at a boundary, the same steps
     "time_limit_reserve_steps",
+    "time_limit_anneal",  # with a limit only: the schedule's end brought forward once
     "train_split",
     "input.area_range",
     "input.shuffle_buffer",

@@ -424,6 +424,68 @@ def test_a_time_limit_stops_a_run_that_slowed_down_in_time_for_its_reserve(tmp_p
     assert (last, limit.reached, clock.now) == (300, False, 300.0)
 
 
+def test_a_time_limit_brings_the_decay_forward_once_and_the_run_ends_there(tmp_path, caplog):
+    """The machine of the test above, with `shorten` (config.time_limit_anneal): once
+    the median pace has turned, the schedule's end is brought forward to the step that
+    the reserve, at the slow pace, still leaves in time, less SHORTEN_MARGIN of the steps
+    left; the run trains to that step, saves it and ends there, annealed."""
+    clock = Clock()
+    step = SlowingStep(clock, 100, 3.0)
+    checkpoints = _checkpoint_action(tmp_path, every=50, total=300)
+    shortened = []
+    limit = time_limit.TimeLimit(
+        330.0,
+        checkpoints.save_now,
+        300,
+        20,
+        clock=clock,
+        shorten=lambda at, end: shortened.append((at, end, clock.now)),
+    )
+    loop = controller.Controller(
+        step, step.read, 300, 1, [checkpoints, limit], lambda: limit.reached, clock
+    )
+    with caplog.at_level("WARNING", logger="trainers"):
+        last = loop.train(0)
+    ((at, end, then),) = shortened
+    assert 100 < at < end == last < 300 and limit.reached
+    fit = (330.0 - then) / 3.0 - 20  # steps at the slow pace that end in time
+    assert end == at + int(fit * (1 - time_limit.SHORTEN_MARGIN))
+    assert clock.now + 20 * 3.0 <= 330.0  # trained to the end, the reserve still fits
+    assert checkpointing.saved_steps(str(tmp_path))[0] == end
+    lines = [r.getMessage() for r in caplog.records if "time limit" in r.getMessage()]
+    assert lines == [
+        f"time limit: at step {at} the learning rate's decay restarts to end at step {end} "
+        f"of 300 (3 s a step now), so that training ends annealed by "
+        f"{limit._deadline()}",
+        f"time limit: training ended at step {end}, where its shortened schedule ends (300 "
+        "planned), its state saved",
+    ]
+    # The machine that keeps its pace is never shortened.
+    shortened.clear()
+    limit = time_limit.TimeLimit(330.0, lambda s: None, 300, 20, clock=Clock(), shorten=fail)
+    steady = Clock()
+    step = FakeStep(steady)
+    limit.clock = steady
+    loop = controller.Controller(step, step.read, 300, 1, [limit], lambda: limit.reached, steady)
+    assert (loop.train(0), limit.reached) == (300, False)
+
+
+def fail(*args):
+    raise AssertionError(f"called with {args}")
+
+
+def test_a_resumed_shortened_run_ends_where_its_schedule_ends_and_is_not_shortened_again():
+    """A resume after a shortening (end_step recorded): a boundary at that step, the
+    step saved, training over; however slow the machine, no second shortening."""
+    clock = Clock()
+    step = SlowingStep(clock, 0, 10.0)
+    saved = []
+    limit = time_limit.TimeLimit(1e4, saved.append, 300, 0, clock=clock, shorten=fail, end_step=150)
+    loop = controller.Controller(step, step.read, 300, 40, [limit], lambda: limit.reached, clock)
+    assert loop.train(0) == 150 and saved == [150]
+    assert [n for _, n in step.calls] == [40, 40, 40, 30]
+
+
 def test_one_slow_interval_does_not_stop_a_run(tmp_path):
     """A slow boundary (30 s of an evaluation at step 50) is one interval: the median
     pace keeps, and 100 steps of 1 s, the 30 s and a reserve of 20 steps fit 160 s."""
@@ -482,3 +544,59 @@ def test_the_trainer_stops_at_its_time_limit_and_a_rerun_trains_the_rest(tmp_pat
     assert checkpointing.saved_steps(os.path.join(run, "checkpoints"))[0] == first
     finished = train()
     assert (finished["step"], finished["resumed_from_step"]) == (12, first)
+
+
+def test_the_trainer_ends_annealed_at_a_shortened_end_and_a_resume_keeps_that_schedule(
+    tmp_path, monkeypatch
+):
+    """train_lib.run with config.time_limit_anneal on a machine three times slower from
+    step 6 (a fake clock of the boundary's step): at step 9 the decay is brought forward
+    to end at step 13, recorded in the plan; the run ends there as a finished run. The
+    same command then trains nothing more, and a resume from step 8 (before the
+    shortening) retrains the same schedule to the same weights."""
+    import trainer_testing as testing
+
+    from keras_vit_configs import fashion_mnist
+    from keras_vit_trainers import train_config, train_lib
+
+    start = 2e9  # the fake clock's step 0, seconds since 1970
+
+    class SlowingLimit(time_limit.TimeLimit):
+        def after_steps(self, boundary):
+            k = boundary.step
+            self.clock = lambda: start + k + 2 * max(0, k - 6)
+            super().after_steps(boundary)
+
+    monkeypatch.setattr(time_limit, "TimeLimit", SlowingLimit)
+    data, run = str(tmp_path / "data"), str(tmp_path / "run")
+    testing.make_tiny_data(data, n_train=64, n_test=32, per_shard=32)
+
+    def train(**keys):
+        recipe = testing.tiny_config(
+            fashion_mnist.get_config(),
+            total_steps=20,
+            checkpoint_every=4,
+            log_every=1,
+            time_limit=start + 30,  # at step 9, at the slow pace, 5 more steps fit
+            time_limit_anneal=True,
+            **keys,
+        )
+        config = train_config.resolve(recipe, "pretrain")
+        return train_lib.run(
+            config, data_dir=data, model_dir=run, strategy=tf.distribute.get_strategy()
+        )
+
+    ended = train()
+    assert (ended["step"], ended["total_steps"]) == (13, 20)
+    assert 0.0 <= ended["test_accuracy"] <= 1.0  # the final evaluations ran
+    checkpoint_dir = os.path.join(run, "checkpoints")
+    assert checkpointing.saved_steps(checkpoint_dir) == [13, 12, 8]
+    at, end, learning_rate = checkpointing.shortening(checkpoint_dir)
+    assert (at, end) == (9, 13) and 0 < learning_rate < 2e-3
+    weights = testing.load_weights(run)
+    again = train()
+    assert (again["step"], again["resumed_from_step"]) == (13, 13)
+    replayed = train(resume_step=8)
+    assert (replayed["step"], replayed["resumed_from_step"]) == (13, 8)
+    for name, value in testing.load_weights(run).items():
+        np.testing.assert_array_equal(value, weights[name], err_msg=name)

@@ -137,8 +137,9 @@ def test_a_machine_that_slows_down_after_the_calibration_still_ends_within_the_b
 ):
     """Calibrated at 2,139 images/s, then another job starts: the demo trains at
     `trains_at` (a bare clone's demo on the Zen 5 did so at 1,010), and what comes after
-    training slows down as much. Its time limit stops training where the rest still fits
-    the budget; the machine that keeps its pace trains every planned step."""
+    training slows down as much. Its time limit brings the learning rate's decay forward
+    to end where the rest still fits the budget, and training ends there, annealed; the
+    machine that keeps its pace trains every planned step."""
     from keras_vit_trainers import controller, time_limit
 
     calibrated = FakeMachine(2139.0, start_s=13.0)
@@ -147,11 +148,19 @@ def test_a_machine_that_slows_down_after_the_calibration_still_ends_within_the_b
     speed = calibrated.measure()
     count, deadline = int(_flag(flags, "total_steps")), _flag(flags, "time_limit")
     reserve = int(_flag(flags, "time_limit_reserve_steps"))
+    assert "--config.time_limit_anneal=True" in flags
     clock = FakeMachine(trains_at, 0.0)
     clock.now = demo.time.time() + speed.start_s  # the trainer's start
     step = clock.build()
-    saved = []
-    limit = time_limit.TimeLimit(deadline, saved.append, count, reserve, clock=clock.clock)
+    saved, shortened = [], []
+    limit = time_limit.TimeLimit(
+        deadline,
+        saved.append,
+        count,
+        reserve,
+        clock=clock.clock,
+        shorten=lambda at, end: shortened.append((at, end)),
+    )
     loop = controller.Controller(
         step, lambda: ({}, {}), count, 100, [limit], lambda: limit.reached, clock.clock
     )
@@ -160,9 +169,10 @@ def test_a_machine_that_slows_down_after_the_calibration_still_ends_within_the_b
     end = clock.now + demo_budget.after_training_s(speed) * slowdown
     assert end <= started + demo_budget.BUDGET_S, (last, count)
     if trains_at == 2139.0:
-        assert (last, saved) == (count, [])
+        assert (last, saved, shortened) == (count, [], [])
     else:
-        assert last < count and saved == [last]
+        ((at, shortened_end),) = shortened
+        assert at < last == shortened_end < count and saved == [last]
 
 
 def test_a_larger_batch_trains_fewer_steps_and_the_flag_reaches_the_calibration(tmp_path):

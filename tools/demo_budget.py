@@ -143,6 +143,7 @@ def time_limit_flags(speed, batch_size, started, budget_s=BUDGET_S):
     return [
         f"--config.time_limit={started + budget_s:.0f}",
         f"--config.time_limit_reserve_steps={reserve}",
+        "--config.time_limit_anneal=True",
     ]
 
 

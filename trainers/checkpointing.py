@@ -17,7 +17,9 @@ training waits only for the copy of the state off the devices.
 RUN/checkpoints/plan.json records the global batch and the steps of the run whose
 checkpoints these are: a resume under another global batch or another schedule length
 is refused in one line (the data position and the learning rate are functions of
-them).
+them). A time limit that brought the schedule's end forward (trainers/time_limit.py)
+records it there too (`record_shortening`): the step it starts at, its end and the
+learning rate there, which a resume restores (`shortening`).
 """
 
 import json
@@ -194,6 +196,39 @@ def check_plan(directory, planned, resumed_step):
             "the data order or the schedule. Rerun with the run's batch_size and total_steps "
             "(any number of workers or replicas), or train into a new --model_dir."
         )
+
+
+def record_shortening(directory, at, end, learning_rate):
+    """Adds the schedule's shortening (from step `at` to end at step `end`, from
+    `learning_rate`) to RUN/checkpoints/plan.json."""
+    path = os.path.join(directory, PLAN_FILE)
+    with run_directory.open_file(path) as f:
+        planned = json.load(f)
+    planned["shortened"] = {"at": int(at), "end": int(end), "learning_rate": float(learning_rate)}
+    with run_directory.open_file(path, "w") as f:
+        json.dump(planned, f)
+
+
+def shortening(directory):
+    """(at, end, learning_rate) of the shortening `record_shortening` recorded in
+    `directory`'s plan, or None. CheckpointError naming the file for a malformed one."""
+    path = os.path.join(directory, PLAN_FILE)
+    if not run_directory.exists(path):
+        return None
+    with run_directory.open_file(path) as f:
+        record = json.load(f).get("shortened")
+    if record is None:
+        return None
+    try:
+        at, end, lr = int(record["at"]), int(record["end"]), float(record["learning_rate"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(
+            f"{path}: 'shortened' is not a schedule shortening ({e!r}); expected at, end "
+            "and learning_rate"
+        ) from None
+    if not 0 <= at < end:
+        raise CheckpointError(f"{path}: 'shortened' has at={at}, end={end}: expected at < end")
+    return at, end, lr
 
 
 class CheckpointAction(controller.Action):

@@ -12,6 +12,18 @@ saved (`save(step)`, the checkpoint action's save-once rule), one line says so, 
 training ends as a finished run does (final evaluations, metrics.json with `step` below
 `total_steps`, the model). Rerunning the command resumes from that step.
 
+With `shorten` (`config.time_limit_anneal`, what `make demo` sets), the limit first
+brings the schedule's end forward instead: at the first boundary from which the
+planned steps and the reserve, at the pace of the moment, would end past the limit,
+the learning rate's decay is restarted from there to end at the step that fits
+(less SHORTEN_MARGIN of the steps left), so that a run on a machine that slowed down
+still ends annealed, not cut in the middle of its decay. The run then ends at that
+step as a finished run (the step saved, one line). It shortens once: a machine that
+slows down again after it is stopped at a boundary as above. The shortening is
+recorded with the run's plan (trainers/checkpointing.py `record_shortening`) before
+the next step trains, so a resumed run follows the same schedule and ends at the same
+step.
+
 The limit is one process's clock: a multi-worker run's workers could stop at different
 steps, so `config_checks` refuses it there. `make demo` sets it (tools/demo_budget.py).
 """
@@ -29,18 +41,36 @@ log = logging.getLogger("trainers")
 # before the limit can act.
 WINDOW = 25
 MIN_INTERVALS = 5
+# The share of the steps that still fit which a shortening leaves unplanned: the pace
+# of the moment is a median, and the machine may slow down a little more.
+SHORTEN_MARGIN = 0.1
 
 
 class TimeLimit(controller.Action):
     """Stops training at the last boundary from which the next boundary and
     `reserve_steps` more updates, at the pace of the moment, end before `deadline`
     (seconds on `clock`'s scale: time.time by default). `save(step)` saves that step;
-    `reached` says it stopped the run (the controller's `should_stop` reads it)."""
+    `reached` says it stopped the run (the controller's `should_stop` reads it).
 
-    def __init__(self, deadline, save, total_steps, reserve_steps=0, clock=time.time):
+    `shorten(at, end)`, where given, brings the schedule's end forward first (module
+    docstring); `end_step`: where the run's schedule ends now (a resumed run whose
+    schedule was shortened: that end, and it is not shortened again)."""
+
+    def __init__(
+        self,
+        deadline,
+        save,
+        total_steps,
+        reserve_steps=0,
+        clock=time.time,
+        shorten=None,
+        end_step=None,
+    ):
         self.deadline, self.save = float(deadline), save
         self.total_steps, self.reserve_steps = int(total_steps), int(reserve_steps)
-        self.clock = clock
+        self.clock, self.shorten = clock, shorten
+        self.end_step = self.total_steps if end_step is None else int(end_step)
+        self.shortened = self.end_step < self.total_steps
         self.reached = False
         self._last = None  # (step, time) at the previous boundary; None: before the first
         self._paces = collections.deque(maxlen=WINDOW)  # seconds per update
@@ -48,26 +78,67 @@ class TimeLimit(controller.Action):
     def begin(self, step):
         self._last = None
 
+    def next_step(self, step):
+        return self.end_step if self.shortened and step < self.end_step else None
+
     def after_steps(self, boundary):
         now = self.clock()
         last, self._last = self._last, (boundary.step, now)
+        if self.shortened and boundary.step == self.end_step:
+            self._stop(
+                f"training ended at step {boundary.step}, where its shortened schedule "
+                f"ends ({self.total_steps} planned), its state saved",
+                boundary.step,
+            )
+            return
         if last is None:  # the first call since the start: it compiled
             return
         updates = boundary.step - last[0]
-        if updates <= 0 or boundary.step >= self.total_steps:
+        if updates <= 0 or boundary.step >= self.end_step:
             return
         self._paces.append((now - last[1]) / updates)
         if len(self._paces) < MIN_INTERVALS:
             return
         pace = statistics.median(self._paces)
+        if self.shorten and not self.shortened and self._shortened(boundary, now, pace):
+            return
         if now + pace * (updates + self.reserve_steps) <= self.deadline:
             return
-        self.save(boundary.step)
-        self.reached = True
-        log.warning(
-            "time limit: training stopped at step %d of %d to end by %s, its state saved; "
-            "rerun the same command to train the rest",
+        self._stop(
+            f"training stopped at step {boundary.step} of {self.end_step} to end by "
+            f"{self._deadline()}, its state saved; rerun the same command to train the rest",
             boundary.step,
-            self.total_steps,
-            time.strftime("%H:%M:%S", time.localtime(self.deadline)),
         )
+
+    def _shortened(self, boundary, now, pace):
+        """Brings the schedule's end forward where the planned steps and the reserve
+        would end past the limit; whether it did. The pace is the slower of the window's
+        median and the last MIN_INTERVALS intervals' (a slowdown shows in the latter
+        within a few intervals, in the former only after half a window: a plan on the
+        former alone would still be too long then)."""
+        recent = statistics.median(list(self._paces)[-MIN_INTERVALS:])
+        pace = max(pace, recent)
+        fit = (self.deadline - now) / pace - self.reserve_steps  # updates that end in time
+        end = boundary.step + int(fit * (1 - SHORTEN_MARGIN))
+        if boundary.step + fit >= self.end_step or end <= boundary.step:
+            return False
+        self.shorten(boundary.step, end)
+        self.end_step, self.shortened = end, True
+        log.warning(
+            "time limit: at step %d the learning rate's decay restarts to end at step %d "
+            "of %d (%.3g s a step now), so that training ends annealed by %s",
+            boundary.step,
+            end,
+            self.total_steps,
+            pace,
+            self._deadline(),
+        )
+        return True
+
+    def _deadline(self):
+        return time.strftime("%H:%M:%S", time.localtime(self.deadline))
+
+    def _stop(self, message, step):
+        self.save(step)
+        self.reached = True
+        log.warning("time limit: %s", message)

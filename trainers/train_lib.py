@@ -255,19 +255,29 @@ def _set_precision(config, strategy):
     )
 
 
-def make_optimizer(config, strategy, total_steps):
+def make_schedule(config, total_steps):
+    """The run's learning-rate schedule over `total_steps` (`schedules.WarmupDecay`);
+    one whose end a time limit may bring forward under config.time_limit_anneal (made
+    under the strategy's scope: `make_optimizer`)."""
+    schedule = schedules.WarmupDecay(
+        config.learning_rate,
+        total_steps,
+        config.warmup_steps,
+        config.decay_type,
+        config.linear_end,
+    )
+    if config.get("time_limit") is not None and config.get("time_limit_anneal"):
+        schedule.allow_shortening()
+    return schedule
+
+
+def make_optimizer(config, strategy, total_steps, schedule=None):
     """The run's optimizer (`optimizers.make_optimizer`) on its learning-rate schedule
-    over `total_steps` (`schedules.WarmupDecay`), made once under `strategy`'s scope (and
-    the precision policy set): a mistake in their settings is one ConfigError line
-    naming the flag (config_checks.flag_errors)."""
+    (`schedule`, else `make_schedule` over `total_steps`), made once under `strategy`'s
+    scope (and the precision policy set): a mistake in their settings is one
+    ConfigError line naming the flag (config_checks.flag_errors)."""
     with config_checks.flag_errors(), strategy.scope():
-        schedule = schedules.WarmupDecay(
-            config.learning_rate,
-            total_steps,
-            config.warmup_steps,
-            config.decay_type,
-            config.linear_end,
-        )
+        schedule = schedule or make_schedule(config, total_steps)
         return optimizers.make_optimizer(config, schedule)
 
 
@@ -328,13 +338,15 @@ def train_data(strategy, data, spec, plan, model_dir=None, start_step=None):
     )
 
 
-def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=()):
+def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(), schedule=None):
     """Trains `model` (as `build` made it) from plan.start_step to plan.total_steps on
     the stream `make_data(first step)`: the controller (trainers/controller.py) with
     the run's actions, in the order they act at a boundary: checkpoint (saved before
     anything is logged), log, progress bar, the user's Keras callbacks (`callbacks`,
     then config.callbacks'), evaluations, the profiler window, the time limit (it saves
-    the step and ends training), preemption (last: it saves the step and stops). Raises
+    the step and ends training; with `schedule`, the optimizer's, made by `make_schedule`
+    under config.time_limit_anneal, it may first bring the schedule's end forward),
+    preemption (last: it saves the step and stops). Raises
     TrainingDivergedError on NaN and faults.Preempted after a SIGTERM. Returns the
     RunLogger (train figures)."""
     optimizer = model.optimizer
@@ -376,12 +388,26 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
         [*callbacks, *(make() for make in config_checks.user_callbacks(config))], model=model
     )
     profile = tuple(config.get("profile_steps") or ())
+    end, shorten = plan.total_steps, None
+    if schedule is not None and schedule.shortenable:
+        recorded = checkpointing.shortening(plan.checkpoint_dir)
+        if recorded:  # a resume: the schedule as the run shortened it
+            schedule.shorten(*recorded)
+            end = recorded[1]
+
+        def shorten(at, end):
+            learning_rate = schedule.shorten(at, end)
+            if chief:  # before the next step trains: a resume follows the same schedule
+                checkpointing.record_shortening(plan.checkpoint_dir, at, end, learning_rate)
+
     deadline = config.get("time_limit")
     limit = deadline and time_limit.TimeLimit(
         deadline,
         checkpoints.save_now,
         plan.total_steps,
         config.get("time_limit_reserve_steps", 0),
+        shorten=shorten,
+        end_step=end,
     )
     actions = [
         checkpoints,
@@ -413,7 +439,7 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
     host_loop = controller.Controller(
         lambda n: step_fn.run(iterator, n),
         read_figures,
-        plan.total_steps,
+        end,
         plan.steps_per_execution,
         actions,
         should_stop=lambda: model.stop_training or bool(limit and limit.reached),
@@ -477,7 +503,9 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
     if config.deterministic_ops:
         tf.config.experimental.enable_op_determinism()
     _set_precision(config, strategy)
-    optimizer = make_optimizer(config, strategy, sizes.total_steps)
+    with config_checks.flag_errors(), strategy.scope():
+        schedule = make_schedule(config, sizes.total_steps)
+    optimizer = make_optimizer(config, strategy, sizes.total_steps, schedule)
     model = build(config, strategy, objective, num_classes, sizes, init, jit_compile, optimizer)
     spec = input_spec.InputSpec.from_config(
         config,
@@ -502,7 +530,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
     def make_data(start_step):
         return train_data(strategy, reader, spec, sizes, model_dir, start_step)
 
-    logger = fit(model, config, strategy, make_data, sizes, run, chief, evals, callbacks)
+    logger = fit(model, config, strategy, make_data, sizes, run, chief, evals, callbacks, schedule)
 
     step = int(model.optimizer.iterations.numpy())
     metrics = {"step": step, **final_evaluations(model, evals, step, run, chief)}
