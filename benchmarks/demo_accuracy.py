@@ -31,6 +31,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULT = os.path.join(ROOT, "benchmarks", "results", "demo_accuracy.json")
+import keras_vit_configs
 from keras_vit_benchmarks.trainer_runs import mean_std
 from keras_vit_cli.machine import describe, machine_info, source_commit
 from keras_vit_tools import demo
@@ -45,16 +46,24 @@ def config_seed(config):
 
 
 def group(run):
-    """What makes runs seeds of one figure: the config, the time budget and the machine's
-    kind with its instruction sets (the budget buys each kind its own steps; tools/demo.py
-    measures them, so the seeds of one kind differ in steps by the machine's noise)."""
+    """What makes runs seeds of one figure: the config and its model (a recipe's default
+    model may change), the time budget and the machine's kind with its instruction sets
+    (the budget buys each kind its own steps; tools/demo.py measures them, so the seeds of
+    one kind differ in steps by the machine's noise)."""
     machine = run.get("machine") or {}
     return (
         run["config"],
+        json.dumps(run.get("model"), sort_keys=True),
         run.get("budget_s"),
         machine.get("cpu_kind"),
         tuple(machine.get("instruction_sets") or ()),
     )
+
+
+def model_of(config):
+    """The model dict of `config` (a recipe's name or path, ':variant' allowed)."""
+    model = keras_vit_configs.load(config).model
+    return model.to_dict() if hasattr(model, "to_dict") else dict(model)
 
 
 def previous_runs():
@@ -103,11 +112,15 @@ def main(argv):
         "train_wall_seconds": metrics["wall_seconds"],
         "train_images_per_second": metrics["train_images_per_second"],
         "steps": metrics["step"],
+        # The steps the demo planned: more than `steps` where its time limit shortened
+        # the schedule (or stopped the run) on a machine that slowed down.
+        "planned_steps": metrics.get("total_steps"),
         "budget_s": budget,
         "cpu_count": os.cpu_count(),
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
         "config": config,
+        "model": model_of(config),
         "extra_flags": args,
         "commit": commit,
         "date": time.strftime("%Y-%m-%d %H:%M"),
