@@ -77,3 +77,25 @@ def test_newest_are_kept_with_a_history_and_another_run_writes_over_its_steps(tm
     assert float(np.array(kernel).max()) == 300.0
     with pytest.raises(checkpointing.CheckpointError, match=r"no checkpoint of step 25 \(it has"):
         resumed.restore(25)
+
+
+@pytest.mark.parametrize("hidden", [(), (4,)])  # a wider layer; one layer more
+def test_the_checkpoint_of_another_model_is_refused_in_one_line(tmp_path, hidden):
+    """A run folder holding another architecture's checkpoints (a demo of the former
+    default model, rerun after the default changed) is one error naming the file."""
+    from keras_vit_trainers import checkpointing
+
+    _, _, checkpoints = _checkpoints(tmp_path)
+    checkpoints.save(4)
+    checkpoints.sync()
+    layers = [keras.layers.Dense(n) for n in hidden] + [keras.layers.Dense(3 - len(hidden))]
+    other = keras.Sequential([keras.Input((3,)), *layers, keras.layers.Dropout(0.5)])
+    optimizer = keras.optimizers.AdamW(1e-3)
+    optimizer.build(other.trainable_variables)
+    state = checkpointing.training_state(other, optimizer)
+    restored = checkpointing.RunCheckpoints(str(tmp_path), state)
+    with pytest.raises(checkpointing.CheckpointError) as e:
+        restored.restore(4)
+    message = str(e.value)
+    assert "ckpt-4 does not hold this run's model and optimizer" in message
+    assert message.endswith("train into a new --model_dir.") and "\n" not in message

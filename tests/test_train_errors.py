@@ -58,6 +58,23 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(data, tmp_path):
     assert not os.path.exists(os.path.join(run_dir, "metrics.json"))
 
 
+def test_resuming_another_models_checkpoints_is_one_line(data, tmp_path):
+    """The same --model_dir rerun with another model (a demo run folder of the former
+    default model): exit 2 and one error line naming the checkpoint, nothing trained."""
+    run_dir = str(tmp_path / "run")
+    flags = ("--strategy=default", "--config.total_steps=2", "--config.checkpoint_every=1")
+    first = testing.run(testing.trainer_cmd("pretrain", data, run_dir, *flags))
+    assert first.returncode == 0, first.stderr[-3000:]
+    wider = testing.run(
+        testing.trainer_cmd("pretrain", data, run_dir, *flags, "--config.model.mlp_dim=48")
+    )
+    assert wider.returncode == 2, wider.stderr[-3000:]
+    (line,) = [l for l in wider.stderr.splitlines() if l.startswith("error:")]
+    assert "ckpt-2 does not hold this run's model and optimizer" in line, wider.stderr[-3000:]
+    assert line.endswith("train into a new --model_dir.")
+    assert checkpointing.saved_steps(os.path.join(run_dir, "checkpoints"))[0] == 2
+
+
 # --- config and flag mistakes: one line naming the flag, no model ----------------------------
 
 # A trainer whose `train_lib.build` says so and exits with 99: a mistake found before the

@@ -141,10 +141,11 @@ class RunCheckpoints:
         """Restores the checkpoint of `step`; returns the step. CheckpointError for a
         step not there (naming those that are), or a checkpoint of another model."""
         step, path = checkpoint_path(self.directory, step)
-        status = self.state.restore(path)
         try:
-            status.assert_existing_objects_matched()
-        except AssertionError as e:
+            # A variable of another shape fails in `restore` (ValueError), of another
+            # dtype in its RestoreV2 op, a missing one in the assertion.
+            self.state.restore(path).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
             raise CheckpointError(
                 f"{path} does not hold this run's model and optimizer ({str(e)[:200]}); "
                 "train into a new --model_dir."

@@ -14,8 +14,8 @@ training ends as a finished run does (final evaluations, metrics.json with `step
 
 With `shorten` (`config.time_limit_anneal`, what `make demo` sets), the limit first
 brings the schedule's end forward instead: at the first boundary from which the
-planned steps and the reserve, at the pace of the moment, would end past the limit,
-the learning rate's decay is restarted from there to end at the step that fits
+planned steps and the reserve would end past the limit at a lasting, settled pace
+(SHORTEN_SPAN_S), the learning rate's decay is restarted from there to end at the step that fits
 (less SHORTEN_MARGIN of the steps left), so that a run on a machine that slowed down
 still ends annealed, not cut in the middle of its decay. The run then ends at that
 step as a finished run (the step saved, one line). It shortens once: a machine that
@@ -28,6 +28,7 @@ The limit is one process's clock: a multi-worker run's workers could stop at dif
 steps, so `config_checks` refuses it there. `make demo` sets it (tools/demo_budget.py).
 """
 
+import bisect
 import collections
 import logging
 import statistics
@@ -41,9 +42,16 @@ log = logging.getLogger("trainers")
 # before the limit can act.
 WINDOW = 25
 MIN_INTERVALS = 5
-# The share of the steps that still fit which a shortening leaves unplanned: the pace
-# of the moment is a median, and the machine may slow down a little more.
+# The share of the steps that still fit which a shortening leaves unplanned: the machine
+# may slow down a little more.
 SHORTEN_MARGIN = 0.1
+# A shortening acts on a lasting, settled pace only: the plan has not fitted at the pace
+# of the last SHORTEN_SPAN_S seconds for SHORTEN_SPAN_S, and that pace and the one of the
+# SHORTEN_SPAN_S before agree within SETTLED. At the start (the first steps after the
+# compilation run slower: on the Zen 5 kind the median of the demo's first five
+# intervals planned 5,094 steps where 9,240 fitted) and during a change of pace it waits.
+SHORTEN_SPAN_S = 30.0
+SETTLED = 0.2
 
 
 class TimeLimit(controller.Action):
@@ -74,9 +82,12 @@ class TimeLimit(controller.Action):
         self.reached = False
         self._last = None  # (step, time) at the previous boundary; None: before the first
         self._paces = collections.deque(maxlen=WINDOW)  # seconds per update
+        self._points = []  # (step, time) of the boundaries since the first, for `shorten`
+        self._missing_since = None  # since when the plan has not fitted, for `shorten`
 
     def begin(self, step):
         self._last = None
+        self._points, self._missing_since = [], None
 
     def next_step(self, step):
         return self.end_step if self.shortened and step < self.end_step else None
@@ -97,11 +108,12 @@ class TimeLimit(controller.Action):
         if updates <= 0 or boundary.step >= self.end_step:
             return
         self._paces.append((now - last[1]) / updates)
+        self._points.append((boundary.step, now))
+        if self.shorten and not self.shortened and self._shortened(boundary.step, now):
+            return
         if len(self._paces) < MIN_INTERVALS:
             return
         pace = statistics.median(self._paces)
-        if self.shorten and not self.shortened and self._shortened(boundary, now, pace):
-            return
         if now + pace * (updates + self.reserve_steps) <= self.deadline:
             return
         self._stop(
@@ -110,24 +122,55 @@ class TimeLimit(controller.Action):
             boundary.step,
         )
 
-    def _shortened(self, boundary, now, pace):
+    def _spans(self, now):
+        """(seconds per step over the last span of training, over the span before it),
+        or None before there are two. The span is SHORTEN_SPAN_S, or the last 4
+        intervals' time where that is longer."""
+        points = self._points
+        if len(points) < 9:
+            return None
+        span = max(SHORTEN_SPAN_S, points[-1][1] - points[-5][1])
+
+        def before(t):  # the last point at or before time t
+            i = bisect.bisect_right([p[1] for p in points], t) - 1
+            return points[i] if i >= 0 else None
+
+        middle, first = before(now - span), before(now - 2 * span)
+        if middle is None or first is None or not points[-1][0] > middle[0] > first[0]:
+            return None
+        del points[: points.index(first)]  # older points are never read again
+        recent = (now - middle[1]) / (points[-1][0] - middle[0])
+        return recent, (middle[1] - first[1]) / (middle[0] - first[0])
+
+    def _shortened(self, step, now):
         """Brings the schedule's end forward where the planned steps and the reserve
-        would end past the limit; whether it did. The pace is the slower of the window's
-        median and the last MIN_INTERVALS intervals' (a slowdown shows in the latter
-        within a few intervals, in the former only after half a window: a plan on the
-        former alone would still be too long then)."""
-        recent = statistics.median(list(self._paces)[-MIN_INTERVALS:])
-        pace = max(pace, recent)
-        fit = (self.deadline - now) / pace - self.reserve_steps  # updates that end in time
-        end = boundary.step + int(fit * (1 - SHORTEN_MARGIN))
-        if boundary.step + fit >= self.end_step or end <= boundary.step:
+        would end past the limit at the pace of the last span, have done so for a whole
+        span, and the pace is settled (the span before agrees within SETTLED); plans at
+        the slower of the two. Whether it did."""
+        spans = self._spans(now)
+        if spans is None:
             return False
-        self.shorten(boundary.step, end)
+        recent, older = spans
+        if step + (self.deadline - now) / recent - self.reserve_steps >= self.end_step:
+            self._missing_since = None
+            return False
+        if self._missing_since is None:
+            self._missing_since = now
+        if now - self._missing_since < SHORTEN_SPAN_S:
+            return False
+        if abs(recent - older) > SETTLED * min(recent, older):
+            return False
+        pace = max(recent, older)
+        fit = (self.deadline - now) / pace - self.reserve_steps  # updates that end in time
+        end = step + int(fit * (1 - SHORTEN_MARGIN))
+        if end <= step:
+            return False
+        self.shorten(step, end)
         self.end_step, self.shortened = end, True
         log.warning(
             "time limit: at step %d the learning rate's decay restarts to end at step %d "
             "of %d (%.3g s a step now), so that training ends annealed by %s",
-            boundary.step,
+            step,
             end,
             self.total_steps,
             pace,

@@ -374,7 +374,10 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
         plan.every,
         plan.total_steps,
     )
-    step = checkpoints.restore(plan.start_step)
+    try:
+        step = checkpoints.restore(plan.start_step)
+    except checkpointing.CheckpointError as e:  # another model's checkpoints
+        raise PlanError(str(e)) from e
     if step_fn.step() != step:
         raise PlanError(
             f"{plan.checkpoint_dir}: the checkpoint of step {step} holds optimizer step "
