@@ -15,9 +15,9 @@ training ends as a finished run does (final evaluations, metrics.json with `step
 With `shorten` (`config.time_limit_anneal`, what `make demo` sets), the limit first
 brings the schedule's end forward instead: at the first boundary from which the
 planned steps and the reserve would end past the limit at a lasting, settled pace
-(SHORTEN_SPAN_S), the learning rate's decay is restarted from there to end at the step that fits
-(less SHORTEN_MARGIN of the steps left), so that a run on a machine that slowed down
-still ends annealed, not cut in the middle of its decay. The run then ends at that
+(SHORTEN_SPAN_S), the learning rate's decay is restarted from there to end at the step
+that fits (less SHORTEN_MARGIN of the steps left), so that a run on a machine that
+slowed down still ends annealed, not cut in the middle of its decay. The run then ends at that
 step as a finished run (the step saved, one line). It shortens once: a machine that
 slows down again after it is stopped at a boundary as above. The shortening is
 recorded with the run's plan (trainers/checkpointing.py `record_shortening`) before
