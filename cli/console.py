@@ -307,6 +307,13 @@ class Progress:
                 self._last_print = now
                 print(self.line(), file=self.stream, flush=True)
 
+    def set_total(self, total):
+        """Changes the units to do (a schedule shortened during training)."""
+        self.total = int(total)
+        if self._bar is not None:
+            self._bar.total = self.total
+            self._bar.refresh()
+
     def close(self):
         if self._closed:
             return

@@ -239,6 +239,20 @@ def test_the_log_keeps_interval_records_and_the_recent_window_for_the_progress_b
     assert [float(v) for v in losses] == [3.0, 8.0, 13.0, 18.0, 23.0]
 
 
+def test_the_progress_bar_follows_a_schedule_shortened_during_training():
+    logger = train_log.RunLogger(every=10, global_batch=4, total_steps=25)
+    end = [25]  # a time limit's end_step: brought forward to 15 at step 10
+
+    class Shorten(controller.Action):
+        def after_steps(self, boundary):
+            end[0] = 15 if boundary.step >= 10 else 25
+
+    progress = train_log.TrainingProgress(logger, 25, 4, end_step=lambda: end[0])
+    loop, _ = _controller([logger, Shorten(), progress], total=25, spe=5)
+    loop.train(0)
+    assert progress.bar.total == 15  # not 25: its ETA is that of the steps left to 15
+
+
 def _tiny_state():
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
     optimizer = keras.optimizers.SGD(0.1)

@@ -412,10 +412,15 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
         shorten=shorten,
         end_step=end,
     )
+    end_step = (lambda: limit.end_step) if limit else None  # the progress bar's total
     actions = [
         checkpoints,
         logger,
-        *([train_log.TrainingProgress(logger, plan.total_steps, plan.batch)] if chief else []),
+        *(
+            [train_log.TrainingProgress(logger, plan.total_steps, plan.batch, end_step)]
+            if chief
+            else []
+        ),
         keras_callbacks.KerasCallbacks(user, logger, plan.every, plan.total_steps),
         *(
             evaluators.EvaluationAction(e, model, run, chief, preemption.evaluation_should_stop)

@@ -133,15 +133,17 @@ class RunLogger(controller.Action):
 class TrainingProgress(controller.Action):
     """The live progress bar (cli/console.py): steps of `total_steps`, the mean loss and
     accuracy of the last `log_every` steps (`logger.recent`), images/s and ETA; one
-    plain line every 30 s without a terminal."""
+    plain line every 30 s without a terminal. `end_step()`, where given, is where
+    training ends now (a time limit's shortened schedule): the bar's total follows it."""
 
-    def __init__(self, logger, total_steps, global_batch):
+    def __init__(self, logger, total_steps, global_batch, end_step=None):
         self.logger, self.total_steps, self.global_batch = logger, total_steps, global_batch
+        self.end_step = end_step or (lambda: total_steps)
         self.bar, self._shown = None, 0
 
     def begin(self, step):
         self.bar = console.Progress(
-            int(self.total_steps),
+            int(self.end_step()),
             "training",
             unit="step",
             initial=int(step),
@@ -151,6 +153,8 @@ class TrainingProgress(controller.Action):
         self._shown = int(step)
 
     def after_steps(self, boundary):
+        if self.end_step() != self.bar.total:
+            self.bar.set_total(self.end_step())
         logs = self.logger.recent
         shown = {k: float(logs[k]) for k in ("loss", "accuracy") if k in logs}
         self.bar.update(boundary.step - self._shown, **shown)
