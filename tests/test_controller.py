@@ -588,8 +588,8 @@ def test_the_trainer_ends_annealed_at_a_shortened_end_and_a_resume_keeps_that_sc
     history (from 63 s, step 25) the plan is seen to miss the limit; a span later, the
     slow pace settled, at step 35 the decay is brought forward to end at step 48,
     recorded in the plan; the run ends there as a finished run. The same command then
-    trains nothing more, and a resume from step 32 (before the shortening) retrains the
-    same schedule to the same weights."""
+    trains nothing more, and a resume from step 32 (before the shortening), with the limit
+    or without one, retrains the same schedule to the same weights."""
     import trainer_testing as testing
 
     from keras_vit_configs import fashion_mnist
@@ -608,15 +608,17 @@ def test_the_trainer_ends_annealed_at_a_shortened_end_and_a_resume_keeps_that_sc
     testing.make_tiny_data(data, n_train=64, n_test=32, per_shard=32)
 
     def train(**keys):
+        limit = dict(
+            time_limit=start + 138,  # at step 35 (93 s), at the slow pace, 15 more fit
+            time_limit_anneal=True,
+        )
         recipe = testing.tiny_config(
             fashion_mnist.get_config(),
             total_steps=60,
             checkpoint_every=4,
             checkpoint_keep=20,
             log_every=1,
-            time_limit=start + 138,  # at step 35 (93 s), at the slow pace, 15 more fit
-            time_limit_anneal=True,
-            **keys,
+            **{**limit, **keys},
         )
         config = train_config.resolve(recipe, "pretrain")
         return train_lib.run(
@@ -636,5 +638,11 @@ def test_the_trainer_ends_annealed_at_a_shortened_end_and_a_resume_keeps_that_sc
     assert (again["step"], again["resumed_from_step"]) == (48, 48)
     replayed = train(resume_step=32)
     assert (replayed["step"], replayed["resumed_from_step"]) == (48, 32)
+    for name, value in testing.load_weights(run).items():
+        np.testing.assert_array_equal(value, weights[name], err_msg=name)
+    # The record, not the command's limit, makes the schedule: without a limit now, the
+    # resume follows the shortened schedule to the same end and weights.
+    unlimited = train(resume_step=32, time_limit=None, time_limit_anneal=False)
+    assert (unlimited["step"], unlimited["resumed_from_step"]) == (48, 32)
     for name, value in testing.load_weights(run).items():
         np.testing.assert_array_equal(value, weights[name], err_msg=name)

@@ -108,9 +108,10 @@ class TimeLimit(controller.Action):
         if updates <= 0 or boundary.step >= self.end_step:
             return
         self._paces.append((now - last[1]) / updates)
-        self._points.append((boundary.step, now))
-        if self.shorten and not self.shortened and self._shortened(boundary.step, now):
-            return
+        if self.shorten and not self.shortened:
+            self._points.append((boundary.step, now))  # kept only while it may shorten
+            if self._shortened(boundary.step, now):
+                return
         if len(self._paces) < MIN_INTERVALS:
             return
         pace = statistics.median(self._paces)

@@ -196,7 +196,9 @@ def init_hint(init):
 class Plan:
     """The run's sizes: the global batch of one update, micro-batches per update,
     updates per call of the step function, steps, the checkpoint interval, the step
-    training resumes at (0: a fresh run) and the checkpoint folder."""
+    training resumes at (0: a fresh run) and the checkpoint folder; `shortened`: the
+    (at, end, learning rate) a time limit recorded when it brought the schedule's end
+    forward (checkpointing.shortening), None where it did not."""
 
     batch: int
     accum: int
@@ -205,6 +207,7 @@ class Plan:
     every: int
     start_step: int
     checkpoint_dir: str
+    shortened: tuple = None
 
 
 class PlanError(ValueError):
@@ -244,9 +247,11 @@ def plan(config, strategy, checkpoint_dir):
         checkpointing.check_plan(
             checkpoint_dir, {"batch": batch, "total_steps": total_steps}, start
         )
+        shortened = checkpointing.shortening(checkpoint_dir)
     except checkpointing.CheckpointError as e:
         raise PlanError(str(e)) from e
-    return Plan(batch, accum, spe, total_steps, every, min(start, total_steps), checkpoint_dir)
+    start = min(start, total_steps)
+    return Plan(batch, accum, spe, total_steps, every, start, checkpoint_dir, shortened)
 
 
 def _set_precision(config, strategy):
@@ -255,10 +260,11 @@ def _set_precision(config, strategy):
     )
 
 
-def make_schedule(config, total_steps):
-    """The run's learning-rate schedule over `total_steps` (`schedules.WarmupDecay`);
-    one whose end a time limit may bring forward under config.time_limit_anneal (made
-    under the strategy's scope: `make_optimizer`)."""
+def make_schedule(config, total_steps, shortened=None):
+    """The run's learning-rate schedule over `total_steps` (`schedules.WarmupDecay`):
+    one whose end a time limit may bring forward under config.time_limit_anneal, and
+    shortened as `shortened` (Plan.shortened: a resume of a run the limit shortened, with
+    or without a limit now). Made under the strategy's scope (`make_optimizer`)."""
     schedule = schedules.WarmupDecay(
         config.learning_rate,
         total_steps,
@@ -266,8 +272,11 @@ def make_schedule(config, total_steps):
         config.decay_type,
         config.linear_end,
     )
-    if config.get("time_limit") is not None and config.get("time_limit_anneal"):
+    anneal = config.get("time_limit") is not None and config.get("time_limit_anneal")
+    if anneal or shortened:
         schedule.allow_shortening()
+    if shortened:
+        schedule.shorten(*shortened)
     return schedule
 
 
@@ -391,12 +400,9 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
         [*callbacks, *(make() for make in config_checks.user_callbacks(config))], model=model
     )
     profile = tuple(config.get("profile_steps") or ())
-    end, shorten = plan.total_steps, None
-    if schedule is not None and schedule.shortenable:
-        recorded = checkpointing.shortening(plan.checkpoint_dir)
-        if recorded:  # a resume: the schedule as the run shortened it
-            schedule.shorten(*recorded)
-            end = recorded[1]
+    end = plan.shortened[1] if plan.shortened else plan.total_steps
+    shorten = None
+    if schedule is not None and schedule.shortenable and not plan.shortened:
 
         def shorten(at, end):
             learning_rate = schedule.shorten(at, end)
@@ -416,11 +422,7 @@ def fit(model, config, strategy, make_data, plan, run, chief, evals, callbacks=(
     actions = [
         checkpoints,
         logger,
-        *(
-            [train_log.TrainingProgress(logger, plan.total_steps, plan.batch, end_step)]
-            if chief
-            else []
-        ),
+        *([train_log.TrainingProgress(logger, end, plan.batch, end_step)] if chief else []),
         keras_callbacks.KerasCallbacks(user, logger, plan.every, plan.total_steps),
         *(
             evaluators.EvaluationAction(e, model, run, chief, preemption.evaluation_should_stop)
@@ -512,7 +514,7 @@ def run(config, *, data_dir, model_dir, strategy, mode="pretrain", init=None, ca
         tf.config.experimental.enable_op_determinism()
     _set_precision(config, strategy)
     with config_checks.flag_errors(), strategy.scope():
-        schedule = make_schedule(config, sizes.total_steps)
+        schedule = make_schedule(config, sizes.total_steps, sizes.shortened)
     optimizer = make_optimizer(config, strategy, sizes.total_steps, schedule)
     model = build(config, strategy, objective, num_classes, sizes, init, jit_compile, optimizer)
     spec = input_spec.InputSpec.from_config(
