@@ -245,7 +245,7 @@ def measure_speeds(work_dir, arms):
     (tools/demo_budget.py, one program per measurement), BUDGET_ROUNDS rounds over the
     arms (a load that comes and goes falls on every arm alike), each arm's mean. Kept in
     WORK/speeds.json: a rerun plans the same steps."""
-    import subprocess
+    from keras_vit_tools import demo
 
     path = os.path.join(work_dir, "speeds.json")
     speeds = {}
@@ -257,11 +257,8 @@ def measure_speeds(work_dir, arms):
     for round_ in range(BUDGET_ROUNDS if todo else 0):
         for arm in todo:
             _, config, overrides, _ = ARMS[arm]
-            command = commands.tool_command("demo_budget", f"--config={config}", *overrides)
-            out = subprocess.run(
-                command, cwd=commands.ROOT, check=True, capture_output=True, text=True
-            ).stdout
-            rate = json.loads(out.strip().splitlines()[-1])["images_per_second"]
+            rate = demo.calibrate(list(overrides), os.path.join(commands.ROOT, config))
+            rate = rate.images_per_second
             calls[arm].append(rate)
             print(
                 f"[{time.strftime('%H:%M:%S')}] speed round {round_ + 1}: {arm} {rate:.0f} images/s",

@@ -79,12 +79,12 @@ def short_run(steps):
     ]
 
 
-def calibrate(config_flags):
-    """This machine's speed (demo_budget.Speed) for the demo's config with
+def calibrate(config_flags, config=DEMO_CONFIG):
+    """This machine's speed (demo_budget.Speed) for `config` (default the demo's) with
     `config_flags` (--config.KEY=VALUE), measured in a program of its own (`python -m
     keras_vit_tools.demo_budget`), so that its TensorFlow and model leave with it."""
     cmd = commands.tool_command(
-        "demo_budget", f"--config={keras_vit_configs.find(DEMO_CONFIG)}", *config_flags
+        "demo_budget", f"--config={keras_vit_configs.find(config)}", *config_flags
     )
     env = console.quiet_environment(dict(os.environ))
     out = subprocess.run(cmd, check=False, env=env, stdout=subprocess.PIPE, text=True)
